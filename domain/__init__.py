@@ -1,0 +1,62 @@
+"""devs-recovery's domain: the task and run aggregates, the chart, the policy,
+and the eventsourcing application that serves commands and queries."""
+
+from devs.domain.application import RecoveryService
+from devs.domain.decisions import (
+    ActionResult,
+    AttemptDecision,
+    EntropyDecision,
+    FailureReport,
+    GateDecision,
+    GateStatus,
+    HandoffEntry,
+    HistoryEntry,
+    Lesson,
+    Notification,
+    Outcome,
+    PendingSession,
+    RunState,
+    TaskIndexEntry,
+    TaskSummary,
+)
+from devs.domain.errors import (
+    AlreadyExists,
+    DevsError,
+    IllegalTransition,
+    InvalidInput,
+    NotFound,
+    UnknownRun,
+    UnknownTask,
+)
+from devs.domain.policy import Policy, load_policy
+from devs.domain.signals import GraphSuspended, suspend_if_stopped
+
+__all__ = [
+    "ActionResult",
+    "AlreadyExists",
+    "AttemptDecision",
+    "DevsError",
+    "EntropyDecision",
+    "FailureReport",
+    "GateDecision",
+    "GateStatus",
+    "GraphSuspended",
+    "HandoffEntry",
+    "HistoryEntry",
+    "IllegalTransition",
+    "InvalidInput",
+    "Lesson",
+    "NotFound",
+    "Notification",
+    "Outcome",
+    "PendingSession",
+    "Policy",
+    "RecoveryService",
+    "RunState",
+    "TaskIndexEntry",
+    "TaskSummary",
+    "UnknownRun",
+    "UnknownTask",
+    "load_policy",
+    "suspend_if_stopped",
+]

@@ -1,0 +1,154 @@
+"""The task state chart: ONE class-level ``transitions`` machine.
+
+The machine is never attached to a task (``model=None``): a task keeps its state as a
+plain string. Commands ask :func:`destination` whether a trigger is allowed from the
+current state and where it leads; event ``apply`` methods assign the result, so a
+replay runs no callbacks.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from transitions import Machine
+
+from devs.domain.errors import IllegalTransition
+
+
+class TaskState(StrEnum):
+    RUNNING = "RUNNING"
+    GATE_FAILED = "GATE_FAILED"
+    ESCALATION = "ESCALATION"
+    PAUSED = "PAUSED"
+    HAND_OFF = "HAND_OFF"
+    COMPLETED = "COMPLETED"
+    SKIPPED = "SKIPPED"
+
+
+STATUS = {
+    TaskState.RUNNING: "running",
+    TaskState.GATE_FAILED: "gate_failed",
+    TaskState.ESCALATION: "escalated",
+    TaskState.PAUSED: "paused_for_intervention",
+    TaskState.HAND_OFF: "hand_off_required",
+    TaskState.COMPLETED: "completed",
+    TaskState.SKIPPED: "skipped",
+}
+"""The task status as tooling names it (e.g. ``hand_off_required``)."""
+
+WORKING = (TaskState.RUNNING, TaskState.GATE_FAILED)
+WAITING = (TaskState.ESCALATION, TaskState.PAUSED, TaskState.HAND_OFF)
+UNFINISHED = (*WORKING, *WAITING)
+FINISHED = (TaskState.COMPLETED, TaskState.SKIPPED)
+
+
+class Trigger(StrEnum):
+    ATTEMPT = "attempt"
+    BLOCK_ATTEMPT = "block_attempt"
+    PASS_GATE = "pass_gate"
+    FAIL_GATE = "fail_gate"
+    ESCALATE = "escalate"
+    HAND_OFF = "hand_off"
+    PAUSE = "pause"
+    MEASURE_ENTROPY = "measure_entropy"
+    LOG_LESSON = "log_lesson"
+    RESUME = "resume"
+    REWIND = "rewind"
+    SKIP = "skip"
+    CLAIM = "claim"
+    RETURN_TO_AGENT = "return_to_agent"
+    COMPLETE_BY_HUMAN = "complete_by_human"
+    SKIP_BY_HUMAN = "skip_by_human"
+
+
+def _states(states: tuple[TaskState, ...]) -> list[str]:
+    return [s.value for s in states]
+
+
+TRANSITIONS: list[dict[str, Any]] = [
+    # The agent works: attempts, gates, entropy.
+    {"trigger": Trigger.ATTEMPT, "source": _states(WORKING), "dest": "RUNNING"},
+    {"trigger": Trigger.BLOCK_ATTEMPT, "source": _states(WORKING), "dest": None},
+    {"trigger": Trigger.PASS_GATE, "source": _states(WORKING), "dest": "COMPLETED"},
+    {"trigger": Trigger.FAIL_GATE, "source": _states(WORKING), "dest": "GATE_FAILED"},
+    {"trigger": Trigger.MEASURE_ENTROPY, "source": _states(WORKING), "dest": None},
+    # The ladder stops the agent.
+    {"trigger": Trigger.ESCALATE, "source": _states(WORKING), "dest": "ESCALATION"},
+    {"trigger": Trigger.HAND_OFF, "source": _states(WORKING), "dest": "HAND_OFF"},
+    {"trigger": Trigger.PAUSE, "source": _states(WORKING), "dest": "PAUSED"},
+    # Lessons can be learned while the task is unfinished.
+    {"trigger": Trigger.LOG_LESSON, "source": _states(UNFINISHED), "dest": None},
+    # Humans act.
+    {
+        "trigger": Trigger.RESUME,
+        "source": ["ESCALATION", "PAUSED"],
+        "dest": "RUNNING",
+    },
+    {"trigger": Trigger.REWIND, "source": _states(UNFINISHED), "dest": "RUNNING"},
+    {"trigger": Trigger.SKIP, "source": _states(UNFINISHED), "dest": "SKIPPED"},
+    {"trigger": Trigger.CLAIM, "source": "HAND_OFF", "dest": None},
+    {"trigger": Trigger.RETURN_TO_AGENT, "source": "HAND_OFF", "dest": "RUNNING"},
+    {"trigger": Trigger.COMPLETE_BY_HUMAN, "source": "HAND_OFF", "dest": "COMPLETED"},
+    {"trigger": Trigger.SKIP_BY_HUMAN, "source": "HAND_OFF", "dest": "SKIPPED"},
+]
+
+MACHINE_SPEC: dict[str, Any] = {
+    "states": [s.value for s in TaskState],
+    "transitions": [{**t, "trigger": t["trigger"].value} for t in TRANSITIONS],
+    "initial": TaskState.RUNNING.value,
+    "auto_transitions": False,
+}
+
+MACHINE = Machine(model=None, **MACHINE_SPEC)
+
+
+def allowed(trigger: Trigger, state: str) -> bool:
+    """Whether ``trigger`` may fire from ``state``."""
+    return bool(MACHINE.get_transitions(trigger=trigger.value, source=state))
+
+
+def destination(trigger: Trigger, state: str) -> TaskState:
+    """The state ``trigger`` leads to from ``state``; raises if it is not allowed."""
+    found = MACHINE.get_transitions(trigger=trigger.value, source=state)
+    if not found:
+        sources = sorted(
+            {
+                t.source
+                for ts in MACHINE.events[trigger.value].transitions.values()
+                for t in ts
+            }
+        )
+        msg = (
+            f"cannot {trigger.value.replace('_', ' ')} a task in state {state}; "
+            f"allowed from {', '.join(sources)}"
+        )
+        raise IllegalTransition(msg, state=state)
+    dest = found[0].dest
+    return TaskState(state if dest is None else dest)
+
+
+def mermaid() -> str:
+    """The chart as a mermaid ``stateDiagram-v2``, drawn from :data:`MACHINE`."""
+    from transitions.extensions import GraphMachine
+
+    class _Model:
+        pass
+
+    spec: dict[str, Any] = {
+        "states": list(MACHINE.states),
+        "transitions": [
+            {"trigger": name, "source": t.source, "dest": t.dest or t.source}
+            for name, event in MACHINE.events.items()
+            for ts in event.transitions.values()
+            for t in ts
+        ],
+        "initial": MACHINE.initial,
+        "auto_transitions": False,
+        "title": "Task state chart",
+        "show_state_attributes": False,
+    }
+    model = _Model()
+    GraphMachine(model=model, graph_engine="mermaid", **spec)
+    graph = model.get_graph()  # type: ignore[attr-defined]
+    return str(graph.draw(None))

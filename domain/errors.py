@@ -1,0 +1,47 @@
+"""The exceptions a caller of the service can meet.
+
+Every one derives from :class:`DevsError`; bad input is also a ``ValueError`` and an
+unknown id is also a ``LookupError``, so generic handlers keep working. A command
+that raises has written nothing.
+"""
+
+from __future__ import annotations
+
+
+class DevsError(Exception):
+    """Base class of every error raised by devs-recovery."""
+
+
+class InvalidInput(DevsError, ValueError):
+    """A value was out of range, malformed, empty or too large."""
+
+
+class NotFound(DevsError, LookupError):
+    """An id names nothing that was recorded."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownTask(NotFound):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"unknown task {task_id!r}: start it with start_task() first")
+        self.task_id = task_id
+
+
+class UnknownRun(NotFound):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"unknown run {run_id!r}: start it with start_run() first")
+        self.run_id = run_id
+
+
+class AlreadyExists(DevsError):
+    """A task or run with this id was started before."""
+
+
+class IllegalTransition(DevsError):
+    """The command is not allowed from the task's (or run's) current state."""
+
+    def __init__(self, message: str, *, state: str | None = None) -> None:
+        super().__init__(message)
+        self.state = state

@@ -1,0 +1,40 @@
+"""The signal that suspends an orchestration graph while a human decides."""
+
+from __future__ import annotations
+
+from devs.domain.decisions import (
+    AttemptDecision,
+    EntropyDecision,
+    GateDecision,
+    Outcome,
+)
+
+_STOPS = (Outcome.PAUSE, Outcome.ESCALATE, Outcome.HAND_OFF)
+
+
+class GraphSuspended(BaseException):
+    """Raised by orchestration code to stop a graph until a human acts.
+
+    A ``BaseException``, not an ``Exception``: generic ``except Exception``
+    handlers in agent code must not swallow it and retry. It is not a crash;
+    catch it where the graph is driven, and resume after the human session.
+    """
+
+    def __init__(self, task_id: str, session_id: str | None, reason: str) -> None:
+        super().__init__(f"task {task_id!r} suspended ({reason}), session {session_id}")
+        self.task_id = task_id
+        self.session_id = session_id
+        self.reason = reason
+
+
+def suspend_if_stopped(
+    decision: AttemptDecision | GateDecision | EntropyDecision,
+) -> None:
+    """Raise :class:`GraphSuspended` when ``decision`` stops the agent."""
+    if isinstance(decision, EntropyDecision):
+        if decision.triggered:
+            raise GraphSuspended(decision.task_id, decision.session_id, "entropy_limit")
+        return
+    if decision.outcome in _STOPS:
+        assert decision.outcome is not None
+        raise GraphSuspended(decision.task_id, decision.session_id, decision.outcome)
