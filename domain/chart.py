@@ -152,3 +152,34 @@ def mermaid() -> str:
     GraphMachine(model=model, graph_engine="mermaid", **spec)
     graph = model.get_graph()  # type: ignore[attr-defined]
     return str(graph.draw(None))
+
+
+def _edges(trigger: str) -> tuple[list[str], list[str]]:
+    found = [t for ts in MACHINE.events[trigger].transitions.values() for t in ts]
+    sources = sorted({t.source for t in found})
+    dests = sorted({t.dest or "(unchanged)" for t in found})
+    return sources, dests
+
+
+def chart_document() -> str:
+    """The contents of ``docs/state-chart.md``.
+
+    Regenerate the file with ``python scripts/generate_state_chart.py``.
+    """
+    rows = []
+    for name in MACHINE.events:
+        sources, dests = _edges(name)
+        rows.append(f"| `{name}` | {', '.join(sources)} | {', '.join(dests)} |")
+    table = "\n".join(rows)
+    return (
+        "# The task state chart\n\n"
+        "Generated from the one `transitions` machine in `domain/chart.py`; a test\n"
+        "fails when this file and the machine drift apart. Regenerate it with\n"
+        "`python scripts/generate_state_chart.py`.\n\n"
+        "```mermaid\n"
+        f"{mermaid().rstrip()}\n"
+        "```\n\n"
+        "| trigger | from | to |\n"
+        "|---|---|---|\n"
+        f"{table}\n"
+    )

@@ -34,7 +34,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
     # Connection strings: keep scheme, user and host, drop the password.
     (
-        re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@'\"]+):[^\s@/'\"]+@"),
+        re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@'\"]*):[^\s@/'\"]+@"),
         r"\1:" + REDACTED + "@",
     ),
     # Well-known token shapes.

@@ -1,0 +1,24 @@
+"""Helpers shared by the test layers."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import orjson
+import pytest
+
+
+def event_count(db_path: Path) -> int:
+    """How many events the file holds (to prove a failed command wrote nothing)."""
+    with sqlite3.connect(db_path) as connection:
+        (count,) = connection.execute("SELECT COUNT(*) FROM stored_events").fetchone()
+    return int(count)
+
+
+def decision_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
+    return [
+        orjson.loads(record.getMessage())
+        for record in caplog.records
+        if record.name == "devs.decisions"
+    ]
