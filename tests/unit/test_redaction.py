@@ -29,7 +29,8 @@ SECRETS = [
         "eyJzdWIiOiIxMjM0NTY3ODkwIn0",
     ),
     (
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n"
+        "-----END RSA PRIVATE KEY-----",
         "MIIEowIBAAKCAQEA",
     ),
     ("api_key: AIzaSyA-abcdefghijklmnopqrstuvwxyz01234", "AIzaSyA"),

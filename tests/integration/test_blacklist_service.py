@@ -1,0 +1,148 @@
+"""Seed 004: lessons learned and the strategy blacklist, through the service."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from devs.domain import InvalidInput, Outcome, RecoveryService, UnknownTask
+from devs.domain.chart import TaskState
+from tests.helpers import event_count
+
+
+@pytest.fixture
+def tasks(service: RecoveryService) -> RecoveryService:
+    service.start_task("A")
+    service.start_task("B")
+    return service
+
+
+def test_logged_lesson_is_retrievable_by_task(tasks: RecoveryService) -> None:
+    lesson = tasks.log_lesson("A", "mock the network layer", "mocks hid a real bug")
+    [found] = tasks.lessons("A")
+    assert found == lesson
+    assert found.task_id == "A"
+    assert found.failed_strategy == "mock the network layer"
+    assert found.rca_summary == "mocks hid a real bug"
+    assert found.logged_at is not None
+
+
+def test_exact_and_fuzzy_matches_are_blacklisted(tasks: RecoveryService) -> None:
+    tasks.log_lesson("A", "mock the network layer", "why")
+    assert tasks.is_strategy_blacklisted("A", "mock the network layer") is True
+    assert tasks.is_strategy_blacklisted("A", "mock the network layers") is True
+    assert tasks.is_strategy_blacklisted("A", "rewrite the scheduler") is False
+
+
+def test_cross_task_isolation(tasks: RecoveryService) -> None:
+    tasks.log_lesson("A", "mock the network layer", "why")
+    assert tasks.is_strategy_blacklisted("B", "mock the network layer") is False
+    assert tasks.lessons("B") == []
+    assert tasks.blacklist_directive("B") == ""
+
+
+def test_directive_lists_the_task_strategies(tasks: RecoveryService) -> None:
+    assert tasks.blacklist_directive("A") == ""
+    tasks.log_lesson("A", "mock the network layer", "why")
+    tasks.log_lesson("A", "retry with sleep(10)", "flaky")
+    directive = tasks.blacklist_directive("A")
+    assert directive.startswith(
+        "SYSTEM: The following strategies have already failed and MUST NOT be used:"
+    )
+    assert '- "mock the network layer"' in directive
+    assert '- "retry with sleep(10)"' in directive
+
+
+def test_same_strategy_twice_keeps_one_row_newest_summary(tasks: RecoveryService) -> None:
+    tasks.log_lesson("A", "mock the network layer", "first")
+    tasks.log_lesson("A", "mock the network layer", "second, better")
+    [lesson] = tasks.lessons("A")
+    assert lesson.rca_summary == "second, better"
+
+
+def test_contract_row_exists_in_sqlite(tasks: RecoveryService, db_path: Path) -> None:
+    tasks.log_lesson("A", "mock the network layer", "mocks hid a real bug")
+    tasks.lessons("A")  # the view catches up before any read
+    with sqlite3.connect(db_path) as connection:
+        rows = connection.execute(
+            "SELECT task_id, doc FROM view_lessons WHERE task_id = 'A'"
+        ).fetchall()
+    assert len(rows) == 1
+    assert b"mock the network layer" in rows[0][1]
+
+
+def test_second_attempt_with_a_failed_strategy_is_blocked(tasks: RecoveryService) -> None:
+    llm_calls = []
+
+    def agent_turn(strategy: str) -> None:
+        decision = tasks.begin_attempt("A", strategy)
+        if not decision.proceed:
+            return
+        llm_calls.append(strategy)  # stands in for the LLM call
+        tasks.record_gate("A", 1, error="tests failed")
+        tasks.log_lesson("A", strategy, "root cause: wrong approach")
+
+    agent_turn("patch the parser with a regex")
+    agent_turn("patch the parser with a regex")
+    assert llm_calls == ["patch the parser with a regex"]
+    summary = tasks.task("A")
+    assert summary.state is TaskState.PAUSED
+    assert summary.status == "paused_for_intervention"
+    assert summary.consecutive_failures == 2
+    [session] = tasks.pending_sessions()
+    assert session.reason == "blacklisted_strategy"
+    kinds = [n.kind for n in tasks.notifications()]
+    assert kinds == ["task:blacklisted_strategy_attempted", "TASK_PAUSED"]
+
+
+def test_blocked_attempt_decision(tasks: RecoveryService) -> None:
+    tasks.log_lesson("A", "patch the parser with a regex", "why")
+    decision = tasks.begin_attempt("A", "patch the parser with a regex!")
+    assert decision.proceed is False
+    assert decision.blacklisted is True
+    assert decision.matched_strategy == "patch the parser with a regex"
+    assert decision.outcome is Outcome.PAUSE
+    assert decision.session_id is not None
+    assert "patch the parser with a regex" in decision.directive
+
+
+def test_allowed_attempt_gets_the_directive(tasks: RecoveryService) -> None:
+    tasks.log_lesson("A", "patch the parser with a regex", "why")
+    decision = tasks.begin_attempt("A", "write a recursive descent parser")
+    assert decision.proceed is True
+    assert decision.blacklisted is False
+    assert decision.directive == tasks.blacklist_directive("A")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "summary", "message"),
+    [
+        ("", "why", "failed_strategy must not be empty"),
+        ("x" * 4_001, "why", "failed_strategy is 4,001 characters long"),
+        ("ok", "", "rca_summary must not be empty"),
+        ("ok", "y" * 16_001, "rca_summary is 16,001 characters long"),
+    ],
+)
+def test_bad_lessons_are_rejected(
+    tasks: RecoveryService, db_path: Path, strategy: str, summary: str, message: str
+) -> None:
+    events = event_count(db_path)
+    with pytest.raises(InvalidInput, match=message):
+        tasks.log_lesson("A", strategy, summary)
+    assert event_count(db_path) == events
+
+
+def test_lessons_of_an_unknown_task(tasks: RecoveryService) -> None:
+    with pytest.raises(UnknownTask, match="unknown task 'zz'"):
+        tasks.lessons("zz")
+    with pytest.raises(UnknownTask):
+        tasks.log_lesson("zz", "a", "b")
+
+
+def test_long_unicode_strategies(tasks: RecoveryService) -> None:
+    long = "渐进式重构 " * 500  # 3,000 characters
+    tasks.log_lesson("A", long, "too slow")
+    assert tasks.is_strategy_blacklisted("A", long[:-3] + "abc") is True
+    assert tasks.is_strategy_blacklisted("A", "🙂" * 10) is False
