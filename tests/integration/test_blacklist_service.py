@@ -55,7 +55,9 @@ def test_directive_lists_the_task_strategies(tasks: RecoveryService) -> None:
     assert '- "retry with sleep(10)"' in directive
 
 
-def test_same_strategy_twice_keeps_one_row_newest_summary(tasks: RecoveryService) -> None:
+def test_same_strategy_twice_keeps_one_row_newest_summary(
+    tasks: RecoveryService,
+) -> None:
     tasks.log_lesson("A", "mock the network layer", "first")
     tasks.log_lesson("A", "mock the network layer", "second, better")
     [lesson] = tasks.lessons("A")
@@ -73,7 +75,9 @@ def test_contract_row_exists_in_sqlite(tasks: RecoveryService, db_path: Path) ->
     assert b"mock the network layer" in rows[0][1]
 
 
-def test_second_attempt_with_a_failed_strategy_is_blocked(tasks: RecoveryService) -> None:
+def test_second_attempt_with_a_failed_strategy_is_blocked(
+    tasks: RecoveryService,
+) -> None:
     llm_calls = []
 
     def agent_turn(strategy: str) -> None:

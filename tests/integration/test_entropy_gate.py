@@ -73,14 +73,18 @@ def test_no_duplicate_gates_for_the_same_task(
     assert len(service.pending_sessions()) == 1
 
 
-def test_gate_status_of_an_untriggered_task(service: RecoveryService, task: str) -> None:
+def test_gate_status_of_an_untriggered_task(
+    service: RecoveryService, task: str
+) -> None:
     status = service.gate_status(task)
     assert (status.triggered, status.session_id, status.reason) == (False, None, None)
     with pytest.raises(UnknownTask):
         service.gate_status("nope")
 
 
-@pytest.mark.parametrize("score", [1.5, -0.2, math.nan, math.inf, -math.inf, "0.9", True])
+@pytest.mark.parametrize(
+    "score", [1.5, -0.2, math.nan, math.inf, -math.inf, "0.9", True]
+)
 def test_bad_scores_are_rejected_and_nothing_is_written(
     service: RecoveryService, task: str, db_path: Path, score: object
 ) -> None:

@@ -27,7 +27,9 @@ def test_fewer_than_three_failures_do_not_pause(service: RecoveryService) -> Non
     assert second.report is None
 
 
-def test_exactly_three_failures_escalate_with_a_report(service: RecoveryService) -> None:
+def test_exactly_three_failures_escalate_with_a_report(
+    service: RecoveryService,
+) -> None:
     service.start_task("t1")
     fail(service, "t1", "regex")
     fail(service, "t1", "state machine")

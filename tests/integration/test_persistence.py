@@ -1,0 +1,139 @@
+"""Persistence wiring: orjson transcoding, stable topics, snapshots, restarts."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from unittest import skip
+
+from eventsourcing.tests import persistence as contract
+
+from devs.adapters.persistence import OrjsonTranscoder
+from devs.domain import RecoveryService
+from devs.domain.task import Task
+
+
+class TestOrjsonTranscoder(contract.TranscoderTestCase):
+    """eventsourcing's transcoder contract for the JSON types our mapper emits.
+
+    The pydantic mapper dumps every event to JSON-safe values before the
+    transcoder sees it, so the custom-type registry cases do not apply.
+    """
+
+    def construct_transcoder(self) -> OrjsonTranscoder:
+        return OrjsonTranscoder()
+
+    _NO_REGISTRY = "pydantic dumps to JSON types first; no custom transcodings"
+
+    test_dict_subclass = skip(_NO_REGISTRY)(
+        contract.TranscoderTestCase.test_dict_subclass
+    )
+    test_list_subclass = skip(_NO_REGISTRY)(
+        contract.TranscoderTestCase.test_list_subclass
+    )
+    test_str_subclass = skip(_NO_REGISTRY)(
+        contract.TranscoderTestCase.test_str_subclass
+    )
+    test_int_subclass = skip(_NO_REGISTRY)(
+        contract.TranscoderTestCase.test_int_subclass
+    )
+    test_tuple = skip(_NO_REGISTRY)(contract.TranscoderTestCase.test_tuple)
+    test_mixed = skip(_NO_REGISTRY)(contract.TranscoderTestCase.test_mixed)
+    test_custom_type_in_dict = skip(_NO_REGISTRY)(
+        contract.TranscoderTestCase.test_custom_type_in_dict
+    )
+    test_nested_custom_type = skip(_NO_REGISTRY)(
+        contract.TranscoderTestCase.test_nested_custom_type
+    )
+    test_custom_type_error = skip(_NO_REGISTRY)(
+        contract.TranscoderTestCase.test_custom_type_error
+    )
+
+
+def test_events_are_stored_as_orjson_under_stable_topics(
+    service: RecoveryService, db_path: Path
+) -> None:
+    service.start_task("t1")
+    service.record_gate("t1", 1, error="x")
+    with sqlite3.connect(db_path) as connection:
+        rows = connection.execute(
+            "SELECT originator_id, originator_version, topic FROM stored_events"
+        ).fetchall()
+    assert rows == [
+        ("task:t1", 1, "devs:Task.Started"),
+        ("task:t1", 2, "devs:Task.GateFailed"),
+    ]
+
+
+def test_snapshots_are_taken_and_used(service: RecoveryService, db_path: Path) -> None:
+    service.start_task("t1")
+    for i in range(120):
+        service.report_entropy("t1", 0.1 + (i % 5) / 100)
+    with sqlite3.connect(db_path) as connection:
+        versions = [
+            v
+            for (v,) in connection.execute(
+                "SELECT originator_version FROM stored_snapshots ORDER BY 1"
+            )
+        ]
+    assert versions == [50, 100]
+    fresh = RecoveryService(
+        env={"SQLITE_DBNAME": str(db_path), "AGGREGATE_CACHE_MAXSIZE": ""}
+    )
+    try:
+        task: Task = fresh.repository.get("task:t1")
+        assert task.version == 121
+        assert task == service.repository.get("task:t1")
+    finally:
+        fresh.close()
+
+
+def test_default_database_is_devs_state_sqlite_in_the_working_directory(
+    tmp_path: Path, monkeypatch: object
+) -> None:
+    import pytest
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DEVS_DB", raising=False)
+    with RecoveryService() as app:
+        app.start_task("t1")
+        assert app.db_path == "devs_state.sqlite"
+    assert (tmp_path / "devs_state.sqlite").exists()
+    monkeypatch.setenv("DEVS_DB", str(tmp_path / "other.sqlite"))
+    with RecoveryService() as app:
+        app.start_task("t1")
+    assert (tmp_path / "other.sqlite").exists()
+
+
+def test_a_second_process_sees_the_first_process_counts(db_path: Path) -> None:
+    writer = textwrap.dedent(
+        f"""
+        from devs.domain import RecoveryService
+        app = RecoveryService(env={{"SQLITE_DBNAME": {str(db_path)!r}}})
+        app.start_task("t1")
+        app.record_gate("t1", 1, error="first")
+        app.record_gate("t1", 1, error="second")
+        app.close()
+        """
+    )
+    reader = textwrap.dedent(
+        f"""
+        from devs.domain import RecoveryService
+        app = RecoveryService(env={{"SQLITE_DBNAME": {str(db_path)!r}}})
+        print(app.task("t1").consecutive_failures, app.failure_report("t1").failure_count)
+        print(app.record_gate("t1", 1).outcome)
+        """
+    )
+    subprocess.run([sys.executable, "-c", writer], check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", reader],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.split()
+    assert out == ["2", "2", "escalate"]
