@@ -90,7 +90,10 @@ def test_payload_contains_no_secrets(service: RecoveryService, db_path: Path) ->
             TASK,
             1,
             error="auth failed for postgresql://app:S3cretPw@db/prod",
-            output="Authorization: Bearer tok_4f9a8b7c6d5e4f3a2b1c\nAWS AKIAIOSFODNN7EXAMPLE",
+            output=(
+                "Authorization: Bearer tok_4f9a8b7c6d5e4f3a2b1c\n"
+                "AWS AKIAIOSFODNN7EXAMPLE"
+            ),
             strategy="use api_key=sk-live-abcdefghijklmnop1234",
         )
         if service.task(TASK).state is TaskState.ESCALATION:

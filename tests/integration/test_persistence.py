@@ -124,7 +124,8 @@ def test_a_second_process_sees_the_first_process_counts(db_path: Path) -> None:
         f"""
         from devs.domain import RecoveryService
         app = RecoveryService(env={{"SQLITE_DBNAME": {str(db_path)!r}}})
-        print(app.task("t1").consecutive_failures, app.failure_report("t1").failure_count)
+        task, report = app.task("t1"), app.failure_report("t1")
+        print(task.consecutive_failures, report.failure_count)
         print(app.record_gate("t1", 1).outcome)
         """
     )

@@ -120,9 +120,14 @@ def test_rows_and_position_commit_together(db_path: Path) -> None:
     with view.changes(Tracking("app", 1)) as tx:
         tx.put("t", entry, task_id="t")
     assert view.max_tracking_id("app") == 1
-    with pytest.raises(RuntimeError), view.changes(Tracking("app", 2)) as tx:
-        tx.delete("t")
-        raise RuntimeError("crash mid-change")
+
+    def crash_mid_change() -> None:
+        with view.changes(Tracking("app", 2)) as tx:
+            tx.delete("t")
+            raise RuntimeError("crash mid-change")
+
+    with pytest.raises(RuntimeError):
+        crash_mid_change()
     assert view.one("t") == entry  # the delete rolled back
     assert view.max_tracking_id("app") == 1  # and so did the position
     with view.batch():
