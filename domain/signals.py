@@ -9,7 +9,11 @@ from devs.domain.decisions import (
     Outcome,
 )
 
-_STOPS = (Outcome.PAUSE, Outcome.ESCALATE, Outcome.HAND_OFF)
+_STOP_REASONS = {
+    Outcome.PAUSE: "blacklisted_strategy",
+    Outcome.ESCALATE: "max_retries",
+    Outcome.HAND_OFF: "hand_off_required",
+}
 
 
 class GraphSuspended(BaseException):
@@ -35,6 +39,6 @@ def suspend_if_stopped(
         if decision.triggered:
             raise GraphSuspended(decision.task_id, decision.session_id, "entropy_limit")
         return
-    if decision.outcome in _STOPS:
-        assert decision.outcome is not None
-        raise GraphSuspended(decision.task_id, decision.session_id, decision.outcome)
+    reason = _STOP_REASONS.get(decision.outcome) if decision.outcome else None
+    if reason is not None:
+        raise GraphSuspended(decision.task_id, decision.session_id, reason)
