@@ -134,6 +134,22 @@ class RecoveryService(Application[str]):
     def db_path(self) -> str:
         return str(self.env.get("SQLITE_DBNAME"))
 
+    def save(self, *objs: Any, **kwargs: Any) -> Any:
+        """Save, then cache the saved aggregates.
+
+        eventsourcing caches nothing on save when it fast-forwards cached
+        aggregates; but the aggregate just saved is the newest state this process
+        knows, so caching it spares the next command from replaying its own
+        events. Fast-forwarding still picks up other processes' writes.
+        """
+        recordings = super().save(*objs, **kwargs)
+        cache = self.repository.cache
+        if cache is not None:
+            for obj in objs:
+                if isinstance(obj, Task | Run):
+                    cache.put(obj.id, obj)
+        return recordings
+
     # =============================================================== commands
 
     def start_run(self, run_id: str, dag: Mapping[str, Sequence[str]]) -> RunState:

@@ -30,6 +30,17 @@ class Immutable(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Value(Immutable):
+    """An immutable value held in aggregate state.
+
+    Its fields are scalars, tuples or other values, so copying it is pointless:
+    ``deepcopy`` (which the repository applies to cached aggregates) returns it.
+    """
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
+        return self
+
+
 class DomainEvent(Immutable):
     """A fact about one aggregate, at one version, at one time."""
 
@@ -90,3 +101,24 @@ class Aggregate(BaseAggregate[str]):
 
     class Event(AggregateEvent):
         pass
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        """Copy the state one container deep.
+
+        The repository deep-copies cached aggregates so a failed command cannot
+        corrupt the cache. Aggregate state here holds immutable values (strings,
+        numbers, datetimes, tuples, :class:`Value` models) directly or inside one
+        level of list, dict or set; copying those containers is a full copy.
+        """
+        clone = object.__new__(type(self))
+        clone.__dict__.update(
+            {
+                key: (
+                    type(value)(value)
+                    if isinstance(value, list | dict | set)
+                    else value
+                )
+                for key, value in self.__dict__.items()
+            }
+        )
+        return clone

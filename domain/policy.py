@@ -16,14 +16,14 @@ from collections.abc import Mapping
 
 from pydantic import Field, ValidationError, field_validator
 
-from devs.domain.model import Immutable
+from devs.domain.model import Value
 
 logger = logging.getLogger("devs.policy")
 
 ENV_PREFIX = "DEVS_"
 
 
-class Policy(Immutable):
+class Policy(Value):
     """Thresholds in force for a task."""
 
     escalation_threshold: int = Field(

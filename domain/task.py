@@ -23,8 +23,8 @@ from devs.domain.model import (
     Aggregate,
     AggregateCreated,
     AggregateSnapshot,
-    Immutable,
     SnapshotState,
+    Value,
 )
 from devs.domain.policy import Policy
 from devs.domain.redaction import error_hash, excerpt, redact
@@ -51,7 +51,7 @@ class Resolution(StrEnum):
     SKIP = "skip"
 
 
-class FailureRecord(Immutable):
+class FailureRecord(Value):
     """One failed gate or blocked attempt, redacted."""
 
     kind: Literal["gate", "blacklisted_strategy"]
@@ -65,7 +65,7 @@ class FailureRecord(Immutable):
     at: datetime
 
 
-class HumanSession(Immutable):
+class HumanSession(Value):
     """A pending request for a human decision."""
 
     session_id: str
@@ -74,7 +74,7 @@ class HumanSession(Immutable):
     entropy_score: float | None = None
 
 
-class FailureAnalysisReport(Immutable):
+class FailureAnalysisReport(Value):
     """What a human needs to judge an escalation."""
 
     task_id: str
@@ -84,7 +84,7 @@ class FailureAnalysisReport(Immutable):
     last_error_hash: str | None = None
 
 
-class HandoffPayload(Immutable):
+class HandoffPayload(Value):
     """What the human queue receives when the agent is taken off a task."""
 
     task_id: str

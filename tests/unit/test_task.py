@@ -370,3 +370,20 @@ def test_snapshot_round_trip() -> None:
         None
     )
     assert restored == task
+
+
+def test_deepcopy_isolates_every_container() -> None:
+    import copy
+
+    task = new_task()
+    task.log_lesson("regex", "no")
+    fail(task)
+    task.collect_events()
+    clone = copy.deepcopy(task)
+    assert clone == task
+    clone.log_lesson("other", "x")
+    fail(clone)
+    assert task.lessons == ["regex"]
+    assert len(task.failures) == 1
+    assert task.consecutive_failures == 1
+    assert task.pending_events == []
