@@ -9,6 +9,8 @@ notification log first (see :mod:`devs.projections.catchup`).
 from __future__ import annotations
 
 import functools
+import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
@@ -53,7 +55,8 @@ from devs.projections.views import PROJECTIONS, SQLITE_VIEWS
 
 DEFAULT_DB = "devs_state.sqlite"
 DB_ENV = "DEVS_DB"
-COMMAND_ATTEMPTS = 5
+COMMAND_ATTEMPTS = 10
+CONFLICT_BACKOFF_SECONDS = 0.002
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -75,7 +78,13 @@ _NOTIFYING_EVENTS: dict[type[Any], str] = {
 
 
 def _retry_on_conflict(command: Callable[P, R]) -> Callable[P, R]:
-    """Re-run a command that lost a race to another writer of the same task."""
+    """Re-run a command that lost a race to another writer of the same task.
+
+    The store refused an event version another process wrote first; the next
+    attempt loads the newer state and decides again. Waits are random and grow
+    exponentially (eventsourcing's ``retry`` waits a near-constant time, which
+    keeps two writers in lock-step).
+    """
 
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -85,6 +94,7 @@ def _retry_on_conflict(command: Callable[P, R]) -> Callable[P, R]:
             except IntegrityError:
                 if attempt == COMMAND_ATTEMPTS - 1:
                     raise
+                time.sleep(random.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**attempt))
         raise AssertionError  # pragma: no cover
 
     return wrapper
