@@ -232,9 +232,7 @@ class RecoveryService(Application[str]):
             state=task.state,
             consecutive_failures=task.consecutive_failures,
             outcome=outcome,
-            session_id=task.pending_session.session_id
-            if task.pending_session
-            else None,
+            session_id=task.pending_session_id,
             report=task.report() if task.state is TaskState.ESCALATION else None,
         )
         if matched is not None:
@@ -299,9 +297,7 @@ class RecoveryService(Application[str]):
             state=task.state,
             consecutive_failures=task.consecutive_failures,
             next_node=next_node,
-            session_id=task.pending_session.session_id
-            if task.pending_session
-            else None,
+            session_id=task.pending_session_id,
             report=task.report() if outcome is Outcome.ESCALATE else None,
             error_hash=last_failure.error_hash if last_failure else None,
         )
@@ -390,7 +386,7 @@ class RecoveryService(Application[str]):
         actor, reason = _actor(actor), _reason(reason)
         task = self._get_task(task_id)
         run = self._run_of(task)
-        session_id = task.pending_session.session_id if task.pending_session else None
+        session_id = task.pending_session_id
         task.resume(actor=actor, reason=reason)
         if run is not None:
             run.resume(task.task_id)
@@ -406,7 +402,7 @@ class RecoveryService(Application[str]):
         to_commit = values.optional_identifier("to_commit", to_commit)
         task = self._get_task(task_id)
         run = self._run_of(task)
-        session_id = task.pending_session.session_id if task.pending_session else None
+        session_id = task.pending_session_id
         task.rewind(actor=actor, reason=reason, to_commit=to_commit)
         if run is not None:
             run.resume(task.task_id)
@@ -427,7 +423,7 @@ class RecoveryService(Application[str]):
         actor, reason = _actor(actor), _reason(reason)
         task = self._get_task(task_id)
         run = self._run_of(task)
-        session_id = task.pending_session.session_id if task.pending_session else None
+        session_id = task.pending_session_id
         task.skip(actor=actor, reason=reason)
         if run is not None:
             run.settle(task.task_id, "skipped")
@@ -671,9 +667,7 @@ class RecoveryService(Application[str]):
             state=task.state,
             consecutive_failures=task.consecutive_failures,
             error_hash=last.error_hash if last else None,
-            session_id=task.pending_session.session_id
-            if task.pending_session
-            else None,
+            session_id=task.pending_session_id,
             run_id=task.run_id,
             **extra,
         )

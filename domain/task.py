@@ -246,6 +246,10 @@ class Task(Aggregate):
         return self.state in FINISHED
 
     @property
+    def pending_session_id(self) -> str | None:
+        return self.pending_session.session_id if self.pending_session else None
+
+    @property
     def failed_strategies(self) -> tuple[str, ...]:
         """Distinct strategies of the failures since the last pass, oldest first."""
         seen: dict[str, None] = {}
@@ -375,7 +379,9 @@ class Task(Aggregate):
 
     def resume(self, *, actor: str, reason: str) -> None:
         destination(Trigger.RESUME, self.state)
-        self._resume(actor=actor, reason=redact(reason), session_id=self._session_id)
+        self._resume(
+            actor=actor, reason=redact(reason), session_id=self.pending_session_id
+        )
 
     def rewind(self, *, actor: str, reason: str, to_commit: str | None) -> None:
         destination(Trigger.REWIND, self.state)
@@ -383,12 +389,14 @@ class Task(Aggregate):
             actor=actor,
             reason=redact(reason),
             to_commit=to_commit if to_commit is not None else self.starting_commit,
-            session_id=self._session_id,
+            session_id=self.pending_session_id,
         )
 
     def skip(self, *, actor: str, reason: str) -> None:
         destination(Trigger.SKIP, self.state)
-        self._skip(actor=actor, reason=redact(reason), session_id=self._session_id)
+        self._skip(
+            actor=actor, reason=redact(reason), session_id=self.pending_session_id
+        )
 
     def claim_handoff(self, *, actor: str) -> None:
         destination(Trigger.CLAIM, self.state)
@@ -413,10 +421,6 @@ class Task(Aggregate):
         self._resolve(actor=actor, reason=redact(reason), resolution=resolution)
 
     # -------------------------------------------------------------- internals
-
-    @property
-    def _session_id(self) -> str | None:
-        return self.pending_session.session_id if self.pending_session else None
 
     @staticmethod
     def _new_session(
