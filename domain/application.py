@@ -20,7 +20,7 @@ from eventsourcing.sqlite import SQLiteFactory
 from eventsourcing.utils import EnvType
 
 from devs.domain import blacklist, values
-from devs.domain.chart import STATUS, TaskState
+from devs.domain.chart import STATUS, WAITING, TaskState
 from devs.domain.decision_log import log_decision
 from devs.domain.decisions import (
     ActionResult,
@@ -48,6 +48,7 @@ from devs.domain.errors import (
 )
 from devs.domain.gate import evaluate
 from devs.domain.policy import Policy, load_policy
+from devs.domain.redaction import excerpt
 from devs.domain.run import Run
 from devs.domain.task import Resolution, Task, task_id_of
 from devs.projections.catchup import ReadModels
@@ -175,6 +176,7 @@ class RecoveryService(Application[str]):
         log_decision("RUN_STARTED", run_id=run_id, nodes=len(graph))
         return _run_state(run)
 
+    @_retry_on_conflict
     def start_task(
         self,
         task_id: str,
@@ -204,11 +206,9 @@ class RecoveryService(Application[str]):
             last_commit=last_commit,
             policy=self.policy,
         )
-        try:
-            self.save(task, run)
-        except IntegrityError:
-            msg = f"task {task_id!r} was already started"
-            raise AlreadyExists(msg) from None
+        # A conflict (this task, or its run, written meanwhile) retries: the
+        # next attempt finds the task and refuses, or decides on the newer run.
+        self.save(task, run)
         log_decision("TASK_STARTED", task_id=task_id, run_id=run_id, agent=agent)
         return _summary(task)
 
@@ -237,8 +237,11 @@ class RecoveryService(Application[str]):
         )
         if matched is not None:
             self._log_stop(
-                task, "task:blacklisted_strategy_attempted", matched_strategy=matched
+                task,
+                "task:blacklisted_strategy_attempted",
+                matched_strategy=excerpt(matched, 200),
             )
+            self._log_stop(task, None)
         else:
             log_decision("ATTEMPT_BEGAN", task_id=task.task_id, state=task.state)
         return decision
@@ -369,9 +372,9 @@ class RecoveryService(Application[str]):
         )
         task = self._get_task(task_id)
         task.log_lesson(failed_strategy, rca_summary)
-        (logged,) = task.collect_events()
-        self.save(logged)
+        logged = task.pending_events[-1]
         assert isinstance(logged, Task.LessonLogged)
+        self.save(task)
         log_decision("LESSON_LOGGED", task_id=task.task_id, lessons=len(task.lessons))
         return Lesson(
             task_id=task.task_id,
@@ -625,15 +628,7 @@ class RecoveryService(Application[str]):
         return self._get_run(task.run_id) if task.run_id is not None else None
 
     def _pause_run_if_waiting(self, task: Task, run: Run | None) -> None:
-        if (
-            run is not None
-            and task.state in _STATE_OUTCOMES
-            and task.state
-            not in (
-                TaskState.RUNNING,
-                TaskState.GATE_FAILED,
-            )
-        ):
+        if run is not None and task.state in WAITING:
             run.pause(task.task_id, reason=task.state)
 
     def _view(self, name: str) -> Any:

@@ -236,3 +236,53 @@ def test_tasks_index_by_state_and_run(service: RecoveryService) -> None:
     assert [t.task_id for t in service.tasks(state="ESCALATION")] == ["t1"]
     assert sorted(t.task_id for t in service.tasks(run_id="r1")) == ["t1", "t2"]
     assert len(service.tasks()) == 3
+
+
+def test_start_task_retries_when_its_run_was_written_meanwhile(
+    service: RecoveryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventsourcing.persistence import IntegrityError
+
+    service.start_run("r1", {"a": [], "b": []})
+    real_save = RecoveryService.save
+    calls = []
+
+    def save_losing_one_race(self: RecoveryService, *objs: object) -> object:
+        calls.append(objs)
+        if len(calls) == 1:
+            raise IntegrityError("another process wrote run:r1 first")
+        return real_save(self, *objs)
+
+    monkeypatch.setattr(RecoveryService, "save", save_losing_one_race)
+    summary = service.start_task("a", run_id="r1")
+    assert summary.task_id == "a"
+    assert len(calls) == 2
+    with pytest.raises(AlreadyExists):
+        service.start_task("a", run_id="r1")
+
+
+def test_blocked_attempt_logs_the_attempt_and_the_stop(
+    service: RecoveryService, decisions: pytest.LogCaptureFixture
+) -> None:
+    from tests.helpers import decision_lines
+
+    service.start_task("t1")
+    service.log_lesson("t1", "use a regex", "no")
+    service.begin_attempt("t1", "use a regex")
+    events = [d["event"] for d in decision_lines(decisions)]
+    assert events[-2:] == ["task:blacklisted_strategy_attempted", "TASK_PAUSED"]
+
+
+def test_lessons_are_snapshotted_like_any_event(
+    service: RecoveryService, db_path: Path
+) -> None:
+    import sqlite3
+
+    service.start_task("t1")
+    for i in range(49):
+        service.log_lesson("t1", f"strategy {i}", "no")
+    with sqlite3.connect(db_path) as connection:
+        [(version,)] = connection.execute(
+            "SELECT originator_version FROM stored_snapshots"
+        ).fetchall()
+    assert version == 50
