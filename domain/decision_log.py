@@ -12,6 +12,9 @@ from typing import Any
 import orjson
 
 logger = logging.getLogger("devs.decisions")
+# A library does not decide where logs go: without a handler configured by the
+# application, decision lines are dropped instead of reaching stderr.
+logging.getLogger("devs").addHandler(logging.NullHandler())
 
 _WARNINGS = frozenset(
     {"ESCALATION_TRIGGERED", "HAND_OFF_REQUIRED", "TASK_PAUSED", "ENTROPY_LIMIT"}
