@@ -1,0 +1,427 @@
+"""The installed ``devs`` command, run as a user runs it: a subprocess per call."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import event_count
+
+DEVS = str(Path(sys.executable).with_name("devs"))
+PY = sys.executable
+SECRET = "sk-live-" + "abcdefghij" + "klmnop1234"  # never written whole in a command
+LEAK = (
+    "import sys; key = 'sk-live-' + 'abcdefghij' + 'klmnop1234';"
+    " print('Authorization: Bearer', key); print('password=', 'hun' + 'ter2', sep='');"
+    " sys.exit(1)"
+)
+
+# Exit codes, as docs/cli.md documents them.
+OK, RETRY, USAGE, ESCALATED, PAUSED, HANDED_OFF, BAD_INPUT, NOT_FOUND, REFUSED = range(
+    9
+)
+
+
+class Devs:
+    def __init__(self, db: Path, cwd: Path) -> None:
+        self.db = db
+        self.cwd = cwd
+
+    def __call__(
+        self, *args: str, code: int = OK, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [DEVS, "--db", str(self.db), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=self.cwd,
+            env={**os.environ, **(env or {})},
+            check=False,
+        )
+        assert result.returncode == code, (
+            result.returncode,
+            result.stdout,
+            result.stderr,
+        )
+        return result
+
+    def json(
+        self, *args: str, code: int = OK, env: dict[str, str] | None = None
+    ) -> Any:
+        """Run with ``--json`` (before any ``--``) and parse what it printed."""
+        split = args.index("--") if "--" in args else len(args)
+        with_json = (*args[:split], "--json", *args[split:])
+        return json.loads(self(*with_json, code=code, env=env).stdout)
+
+
+@pytest.fixture
+def devs(tmp_path: Path) -> Devs:
+    return Devs(tmp_path / "state.sqlite", tmp_path)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], text: str) -> None:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("devs: error: ")
+    assert text in lines[0]
+    assert result.stdout == ""
+
+
+def test_the_whole_ladder_through_real_gates(devs: Devs, tmp_path: Path) -> None:
+    dag = tmp_path / "dag.json"
+    dag.write_text(json.dumps({"t1": [], "t2": ["t1"]}))
+    devs("run", "start", "r1", "--dag", str(dag))
+    devs(
+        "task", "start", "t1", "--run", "r1", "--agent", "coder", "--commit", "abc1234"
+    )
+
+    devs("attempt", "t1", "first idea")
+    failed = devs("gate", "run", "t1", "--", "false", code=RETRY)
+    assert "t1: tests failed (NON_ZERO_EXIT, exit code 1)" in failed.stdout
+    devs("gate", "run", "t1", "--gate", "lint", "--", "false", code=RETRY)
+
+    escalated = devs("gate", "run", "t1", "--", "false", code=ESCALATED)
+    lines = escalated.stdout.splitlines()
+    start = lines.index("⚠ ENTROPY PAUSE — Max retry threshold reached")
+    block = lines[start:]
+    assert block[1:3] == ["Task: t1", "Failures: 3"]
+    assert block[3] == "Failed strategies:"
+    assert "  - first idea" in block
+    assert any(line.startswith("Last error: exited with code 1") for line in block)
+    assert (
+        block[-1] == "Run `devs rewind t1` to revert or `devs skip` to skip this task."
+    )
+    assert escalated.stderr == ""  # the block goes to stdout only
+    assert devs.json("run", "show", "r1")["status"] == "PAUSED"
+
+    devs("resume", "t1", "--reason", "try again", "--actor", "alice")
+    killed = devs.json(
+        "gate", "run", "t1", "--timeout", "0.3", "--", "sleep", "5", code=ESCALATED
+    )
+    assert killed["run"]["exit_code"] is None
+    assert killed["run"]["timed_out"] is True
+    assert killed["decision"]["reason"] == "PROCESS_KILLED"
+    assert killed["decision"]["consecutive_failures"] == 4
+
+    devs("resume", "t1", "--reason", "last try", "--actor", "alice")
+    handed = devs("gate", "run", "t1", "--", PY, "-c", LEAK, code=HANDED_OFF)
+    assert "✋ HAND-OFF" in handed.stdout
+    assert "Run `devs claim t1`, then `devs resolve t1 --as return|complete|skip`." in (
+        handed.stdout
+    )
+    [entry] = devs.json("handoffs")
+    assert entry["payload"]["failure_count"] == 5
+    assert len(entry["payload"]["last_error_hash"]) == 64
+
+    devs("claim", "t1", "--actor", "bob")
+    devs(
+        "resolve",
+        "t1",
+        "--as",
+        "complete",
+        "--reason",
+        "fixed by hand",
+        "--actor",
+        "bob",
+    )
+    state = devs.json("run", "show", "r1")
+    assert state["status"] == "RUNNING"
+    assert state["ready"] == ["t2"]
+    devs("task", "start", "t2", "--run", "r1")
+    passed = devs("gate", "run", "t2", "--", "true")
+    assert "t2: tests passed; task complete" in passed.stdout
+    assert devs.json("run", "show", "r1")["status"] == "COMPLETED"
+
+
+def test_a_leaked_secret_is_stored_and_printed_nowhere(devs: Devs) -> None:
+    devs("task", "start", "t1")
+    outputs = [
+        devs("gate", "run", "t1", "--", PY, "-c", LEAK, code=RETRY),
+        devs("gate", "run", "t1", "--json", "--", PY, "-c", LEAK, code=RETRY),
+        devs("-v", "gate", "run", "t1", "--", PY, "-c", LEAK, code=ESCALATED),
+        devs("task", "show", "t1"),
+        devs("task", "show", "t1", "--json"),
+        devs("history", "t1", "--json"),
+        devs("gate", "status", "t1", "--json"),
+    ]
+    for result in outputs:
+        assert SECRET not in result.stdout + result.stderr
+        assert "hunter2" not in result.stdout + result.stderr
+    raw = b"".join(p.read_bytes() for p in devs.db.parent.glob("state.sqlite*"))
+    assert SECRET.encode() not in raw
+    assert b"hunter2" not in raw
+    with sqlite3.connect(devs.db) as connection:
+        states = [
+            row[0] for row in connection.execute("SELECT state FROM stored_events")
+        ]
+    assert all(SECRET.encode() not in state for state in states)
+
+
+def test_json_outputs_parse(devs: Devs) -> None:
+    devs("task", "start", "t1", "--agent", "coder")
+    assert devs.json("task", "show", "t1")["status"] == "running"
+    attempt = devs.json("attempt", "t1", "use a regex")
+    assert attempt["proceed"] is True
+    assert attempt["directive"] == ""
+    lesson = devs.json("lesson", "t1", "use a regex", "regex cannot nest")
+    assert lesson["failed_strategy"] == "use a regex"
+    assert devs.json("lessons", "t1")[0]["rca_summary"] == "regex cannot nest"
+    blocked = devs.json("attempt", "t1", "use a regex!", code=PAUSED)
+    assert blocked["blacklisted"] is True
+    assert blocked["matched_strategy"] == "use a regex"
+    [session] = devs.json("sessions")
+    assert session["reason"] == "blacklisted_strategy"
+    status = devs.json("gate", "status", "t1")
+    assert status["triggered"] is True
+    assert status["session_id"] == session["session_id"]
+    [task] = devs.json("status")
+    assert task["state"] == "PAUSED"
+    history = devs.json("history", "t1")
+    assert [h["event"] for h in history][-2:] == [
+        "BlacklistedStrategyAttempted",
+        "Paused",
+    ]
+    at = devs.json("history", "t1", "--at", "2")
+    assert at["state"]["state"] == "RUNNING"
+    assert len(at["history"]) == 2
+    assert devs.json("handoffs") == []
+    resumed = devs.json("resume", "t1")
+    assert resumed["actor"]
+    assert resumed["reason"] == "(no reason given)"
+    below = devs.json("entropy", "t1", "0.2")
+    assert below["triggered"] is False
+    above = devs.json("entropy", "t1", "0.9", code=PAUSED)
+    assert above["triggered"] is True
+
+
+def test_human_readable_blocks(devs: Devs) -> None:
+    devs("task", "start", "t1")
+    devs("lesson", "t1", "use a regex", "regex cannot nest")
+    blocked = devs("attempt", "t1", "use a regex", code=PAUSED)
+    assert "⛔ BLACKLISTED STRATEGY" in blocked.stdout
+    assert "Matches the lesson: use a regex" in blocked.stdout
+    devs("resume", "t1")
+    paused = devs("entropy", "t1", "0.8", code=PAUSED)
+    assert paused.stdout.startswith("⏸ ENTROPY PAUSE — Agent entropy limit reached")
+    assert "Entropy: 0.8 (threshold 0.75)" in paused.stdout
+    again = devs("entropy", "t1", "0.95", code=PAUSED)
+    assert again.stdout == paused.stdout.replace("0.8 (", "0.95 (")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("task", "show", "ghost"),
+        ("attempt", "ghost", "s"),
+        ("entropy", "ghost", "0.5"),
+        ("gate", "run", "ghost", "--", "true"),
+        ("gate", "status", "ghost"),
+        ("lessons", "ghost"),
+        ("history", "ghost"),
+        ("resume", "ghost"),
+        ("run", "show", "nope"),
+        ("status", "--run", "nope"),
+    ],
+)
+def test_unknown_ids(devs: Devs, args: tuple[str, ...]) -> None:
+    devs("task", "start", "t1")
+    before = event_count(devs.db)
+    result = devs(*args, code=NOT_FOUND)
+    assert_one_line_error(result, "unknown")
+    assert event_count(devs.db) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("entropy", "t1", "abc"), "score must be a number in [0, 1], got 'abc'"),
+        (("entropy", "t1", "1.5"), "score 1.5 is out of range [0, 1]"),
+        (("entropy", "t1", "nan"), "score must be a finite number"),
+        (("attempt", "t1", ""), "strategy must not be empty"),
+        (("lesson", "t1", "s", ""), "rca_summary must not be empty"),
+        (
+            ("gate", "run", "t1", "--timeout", "0", "--", "true"),
+            "timeout 0.0 is out of range",
+        ),
+        (("gate", "run", "t1", "--", "no-such-command-xyz"), "command not found"),
+        (("task", "start", "bad\nid"), "task_id must not contain control characters"),
+    ],
+)
+def test_bad_input(devs: Devs, args: tuple[str, ...], message: str) -> None:
+    devs("task", "start", "t1")
+    before = event_count(devs.db)
+    result = devs(*args, code=BAD_INPUT)
+    assert_one_line_error(result, message)
+    assert event_count(devs.db) == before
+
+
+def test_illegal_transitions_are_refused(devs: Devs) -> None:
+    devs("task", "start", "t1")
+    before = event_count(devs.db)
+    assert_one_line_error(
+        devs("resume", "t1", code=REFUSED), "cannot resume a task in state RUNNING"
+    )
+    assert_one_line_error(devs("claim", "t1", code=REFUSED), "cannot claim")
+    assert_one_line_error(
+        devs("task", "start", "t1", code=REFUSED), "task 't1' was already started"
+    )
+    assert event_count(devs.db) == before
+    devs("gate", "run", "t1", "--", "true")
+    assert_one_line_error(
+        devs("gate", "run", "t1", "--", "true", code=REFUSED), "state COMPLETED"
+    )
+
+
+def test_malformed_dag_file(devs: Devs, tmp_path: Path) -> None:
+    bad = tmp_path / "dag.json"
+    bad.write_text("{not json")
+    assert_one_line_error(
+        devs("run", "start", "r1", "--dag", str(bad), code=BAD_INPUT),
+        "is not valid JSON",
+    )
+    bad.write_text(json.dumps({"a": ["b"], "b": ["a"]}))
+    assert_one_line_error(
+        devs("run", "start", "r1", "--dag", str(bad), code=BAD_INPUT), "cycle"
+    )
+    assert not devs.db.exists() or event_count(devs.db) == 0
+
+
+def test_usage_errors(devs: Devs) -> None:
+    assert devs("attempt", "t1", code=USAGE).stderr
+    assert devs("resolve", "t1", "--as", "later", code=USAGE).stderr
+    assert devs("gate", "run", "t1", code=USAGE).stderr
+
+
+def test_skip_without_a_task_skips_the_one_waiting(devs: Devs, tmp_path: Path) -> None:
+    assert_one_line_error(devs("skip", code=NOT_FOUND), "no task is waiting")
+    dag = tmp_path / "dag.json"
+    dag.write_text(json.dumps({"a": [], "b": ["a"]}))
+    devs("run", "start", "r1", "--dag", str(dag))
+    devs("task", "start", "a", "--run", "r1")
+    devs("entropy", "a", "0.9", code=PAUSED)
+    skipped = devs("skip", "--reason", "not needed")
+    assert "a: skipped by" in skipped.stdout
+    assert "next node b" in skipped.stdout
+    devs("task", "start", "b", "--run", "r1")
+    devs("task", "start", "c")
+    devs("entropy", "b", "0.9", code=PAUSED)
+    devs("entropy", "c", "0.9", code=PAUSED)
+    assert "several tasks wait" in devs("skip", code=USAGE).stderr
+
+
+def test_rewind_prints_the_commit(devs: Devs) -> None:
+    devs("task", "start", "t1", "--commit", "abc1234")
+    assert "revert to abc1234" in devs("rewind", "t1").stdout
+    assert "revert to ffff000" in devs("rewind", "t1", "--to-commit", "ffff000").stdout
+
+
+def test_environment_is_scrubbed_for_gates(devs: Devs) -> None:
+    devs("task", "start", "t1")
+    code = "import os; print('value:', os.environ.get('DEPLOY_TOKEN')); exit(1)"
+    env = {"DEPLOY_TOKEN": "xyz"}
+    scrubbed = devs.json("gate", "run", "t1", "--", PY, "-c", code, env=env, code=RETRY)
+    assert "DEPLOY_TOKEN" in scrubbed["run"]["scrubbed_env"]
+    last = devs.json("task", "show", "t1")["failure_history"][-1]
+    assert last["output_excerpt"].strip() == "value: None"
+    devs.json(
+        "gate",
+        "run",
+        "t1",
+        "--pass-env",
+        "DEPLOY_TOKEN",
+        "--",
+        PY,
+        "-c",
+        code,
+        env=env,
+        code=RETRY,
+    )
+    last = devs.json("task", "show", "t1")["failure_history"][-1]
+    assert last["output_excerpt"].strip() == "value: xyz"
+
+
+def test_database_from_option_env_or_default(tmp_path: Path) -> None:
+    base_env = {k: v for k, v in os.environ.items() if k != "DEVS_DB"}
+
+    def run(*args: str, extra: dict[str, str] | None = None) -> None:
+        subprocess.run(
+            [DEVS, *args],
+            cwd=tmp_path,
+            env={**base_env, **(extra or {})},
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+    run("task", "start", "a")
+    assert (tmp_path / "devs_state.sqlite").exists()
+    run("task", "start", "b", extra={"DEVS_DB": str(tmp_path / "env.sqlite")})
+    assert (tmp_path / "env.sqlite").exists()
+    run("--db", str(tmp_path / "opt.sqlite"), "task", "start", "c")
+    assert (tmp_path / "opt.sqlite").exists()
+
+
+def test_status_table_and_diagram(devs: Devs) -> None:
+    devs("task", "start", "t1")
+    devs("gate", "run", "t1", "--", "false", code=RETRY)
+    table = devs("status").stdout
+    assert "GATE_FAILED" in table
+    assert "t1" in table
+    diagram = devs("diagram").stdout
+    assert "stateDiagram-v2" in diagram
+    assert "RUNNING --> GATE_FAILED: fail_gate" in diagram
+
+
+def test_projections_rebuild(devs: Devs) -> None:
+    devs("task", "start", "t1")
+    devs("lesson", "t1", "s", "r")
+    before = devs.json("lessons", "t1")
+    result = devs("projections", "rebuild")
+    assert result.stdout.startswith("rebuilt all projections up to position ")
+    assert devs.json("lessons", "t1") == before
+    assert "rebuilt lessons" in devs("projections", "rebuild", "lessons").stdout
+    assert_one_line_error(
+        devs("projections", "rebuild", "nope", code=BAD_INPUT), "unknown projection"
+    )
+
+
+def test_demo_walks_the_whole_ladder(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [DEVS, "demo", "--db", str(tmp_path / "demo.sqlite")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    out = result.stdout
+    for expected in (
+        "[exit 1: RETRY]",
+        "⛔ BLACKLISTED STRATEGY",
+        "[exit 4: PAUSED]",
+        "⏸ ENTROPY PAUSE — Agent entropy limit reached",
+        "⚠ ENTROPY PAUSE — Max retry threshold reached",
+        "Run `devs rewind build` to revert or `devs skip` to skip this task.",
+        "[exit 3: ESCALATED]",
+        "killed after the 0.5s timeout",
+        "✋ HAND-OFF",
+        "[exit 5: HANDED_OFF]",
+        "ship: tests passed; task complete",
+    ):
+        assert expected in out
+    assert SECRET not in out + result.stderr
+    refused = subprocess.run(
+        [DEVS, "demo", "--db", str(tmp_path / "demo.sqlite")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == BAD_INPUT
