@@ -48,3 +48,27 @@ def test_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
     assert "record_gate decisions/s" in result.stdout
     assert "10,000 events" in result.stdout
     assert "1,000 lessons of 2,000 chars" in result.stdout
+
+
+def _command_paths(group: object, prefix: str = "") -> list[str]:
+    import click
+
+    assert isinstance(group, click.Group)
+    paths = []
+    for name, command in group.commands.items():
+        path = f"{prefix} {name}".strip()
+        if isinstance(command, click.Group):
+            paths.extend(_command_paths(command, path))
+        else:
+            paths.append(path)
+    return paths
+
+
+def test_cli_doc_covers_every_command_and_exit_code() -> None:
+    from devs.adapters.cli import ExitCode, cli
+
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    for path in _command_paths(cli):
+        assert f"`devs {path}" in text, f"docs/cli.md does not document devs {path}"
+    for code in ExitCode:
+        assert f"| {code.value} | {code.name} |" in text
