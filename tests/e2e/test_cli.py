@@ -152,6 +152,8 @@ def test_a_leaked_secret_is_stored_and_printed_nowhere(devs: Devs) -> None:
         devs("history", "t1", "--json"),
         devs("gate", "status", "t1", "--json"),
     ]
+    recorded = json.loads(outputs[1].stdout)
+    assert recorded["decision"]["error_hash"] == recorded["run"]["output_hash"]
     for result in outputs:
         assert SECRET not in result.stdout + result.stderr
         assert "hunter2" not in result.stdout + result.stderr
