@@ -21,6 +21,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import click
 import orjson
+from eventsourcing.persistence import PersistenceError
 from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import Progress
@@ -42,7 +43,7 @@ from devs.domain import (
     TaskSummary,
 )
 from devs.domain.application import DB_ENV, DEFAULT_DB
-from devs.domain.chart import WAITING, mermaid
+from devs.domain.chart import WAITING, Trigger, destination, mermaid
 from devs.domain.redaction import redact
 
 P = ParamSpec("P")
@@ -98,7 +99,11 @@ class Context:
     @property
     def app(self) -> RecoveryService:
         if self._app is None:
-            self._app = RecoveryService(env={"SQLITE_DBNAME": self.db})
+            try:
+                self._app = RecoveryService(env={"SQLITE_DBNAME": self.db})
+            except PersistenceError as error:
+                msg = f"cannot open the database {self.db!r}: {error}"
+                raise InvalidInput(msg) from None
         return self._app
 
     def close(self) -> None:
@@ -562,7 +567,8 @@ def gate_run(
 
     Write the command after `--`: devs gate run TASK -- pytest -q
     """
-    ctx.app.task(task_id)  # refuse an unknown task before running anything
+    # Refuse an unknown task, or one that takes no gate now, before running anything.
+    destination(Trigger.FAIL_GATE, ctx.app.task(task_id).state)
     result = run_gate(
         command,
         cwd=cwd,

@@ -277,9 +277,10 @@ def test_illegal_transitions_are_refused(devs: Devs) -> None:
     )
     assert event_count(devs.db) == before
     devs("gate", "run", "t1", "--", "true")
-    assert_one_line_error(
-        devs("gate", "run", "t1", "--", "true", code=REFUSED), "state COMPLETED"
-    )
+    marker = devs.cwd / "ran"
+    refused = devs("gate", "run", "t1", "--", "touch", str(marker), code=REFUSED)
+    assert_one_line_error(refused, "state COMPLETED")
+    assert not marker.exists()  # refused before the command ran
 
 
 def test_malformed_dag_file(devs: Devs, tmp_path: Path) -> None:
@@ -294,6 +295,18 @@ def test_malformed_dag_file(devs: Devs, tmp_path: Path) -> None:
         devs("run", "start", "r1", "--dag", str(bad), code=BAD_INPUT), "cycle"
     )
     assert not devs.db.exists() or event_count(devs.db) == 0
+
+
+def test_unopenable_database(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [DEVS, "--db", str(tmp_path / "missing" / "dir" / "x.sqlite"), "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == BAD_INPUT
+    assert_one_line_error(result, "cannot open the database")
 
 
 def test_usage_errors(devs: Devs) -> None:
