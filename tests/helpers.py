@@ -22,3 +22,16 @@ def decision_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
         for record in caplog.records
         if record.name == "devs.decisions"
     ]
+
+
+def levenshtein(a: str, b: str) -> int:
+    """Independent reference: the textbook dynamic programme."""
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(
+                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb))
+            )
+        previous = current
+    return previous[-1]

@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from devs.domain import IllegalTransition, RecoveryService
 from devs.domain.task import Task
-from tests.unit.test_blacklist import levenshtein
+from tests.helpers import levenshtein
 
 STRATEGIES = ["alpha approach", "alpha approaches", "beta plan", "gamma route"]
 TASKS = ["solo", "n1"]

@@ -13,19 +13,7 @@ from devs.domain.blacklist import (
     max_distance,
     sanitise,
 )
-
-
-def levenshtein(a: str, b: str) -> int:
-    """Independent reference: the textbook dynamic programme."""
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        current = [i]
-        for j, cb in enumerate(b, 1):
-            current.append(
-                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb))
-            )
-        previous = current
-    return previous[-1]
+from tests.helpers import levenshtein
 
 
 def test_exact_match_is_blacklisted() -> None:
