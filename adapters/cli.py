@@ -201,16 +201,31 @@ def cli(ctx: click.Context, db: str | None, verbose: bool) -> None:
 # ------------------------------------------------------------ decision output
 
 
-def show_attempt(decision: AttemptDecision, strategy: str, as_json: bool) -> None:
+def stop_block(app: RecoveryService, decision: AttemptDecision | GateDecision) -> str:
+    """The escalation or hand-off block for a decision that stopped the agent."""
+    if decision.outcome is Outcome.ESCALATE and decision.report is not None:
+        return presenters.escalation_block(decision.report)
+    if decision.outcome is Outcome.HAND_OFF:
+        payload = app.task(decision.task_id).handoff
+        if payload is not None:
+            return presenters.handoff_block(payload)
+    return ""
+
+
+def show_attempt(
+    app: RecoveryService, decision: AttemptDecision, strategy: str, as_json: bool
+) -> None:
     if as_json:
         emit_json(decision)
     else:
         plain(presenters.attempt_line(decision))
         if decision.blacklisted:
             plain(presenters.blacklist_block(decision, strategy))
-        if decision.report is not None and decision.outcome is Outcome.ESCALATE:
-            plain(presenters.escalation_block(decision.report))
-    sys.exit(int(ExitCode.OK if decision.proceed else _OUTCOME_CODES[decision.outcome]))  # type: ignore[index]
+        if block := stop_block(app, decision):
+            plain(block)
+    if decision.proceed or decision.outcome is None:
+        sys.exit(int(ExitCode.OK))
+    sys.exit(int(_OUTCOME_CODES[decision.outcome]))
 
 
 def show_gate(app: RecoveryService, decision: GateDecision, as_json: bool) -> None:
@@ -218,20 +233,9 @@ def show_gate(app: RecoveryService, decision: GateDecision, as_json: bool) -> No
         emit_json(decision)
     else:
         plain(presenters.gate_line(decision))
-        if decision.outcome is Outcome.ESCALATE and decision.report is not None:
-            plain(presenters.escalation_block(decision.report))
-        elif decision.outcome is Outcome.HAND_OFF:
-            payload = app.task(decision.task_id).handoff
-            if payload is not None:
-                plain(presenters.handoff_block(payload))
+        if block := stop_block(app, decision):
+            plain(block)
     sys.exit(int(_OUTCOME_CODES[decision.outcome]))
-
-
-def show_blocks_after_attempt(app: RecoveryService, decision: AttemptDecision) -> None:
-    if decision.outcome is Outcome.HAND_OFF:
-        payload = app.task(decision.task_id).handoff
-        if payload is not None:
-            plain(presenters.handoff_block(payload))
 
 
 # ------------------------------------------------------------------- commands
@@ -392,9 +396,7 @@ def attempt(ctx: Context, task_id: str, strategy: str, as_json: bool) -> None:
     strategy already failed); 3 or 5 when that failure escalates or hands off.
     """
     decision = ctx.app.begin_attempt(task_id, strategy)
-    if not as_json:
-        show_blocks_after_attempt(ctx.app, decision)
-    show_attempt(decision, strategy, as_json)
+    show_attempt(ctx.app, decision, strategy, as_json)
 
 
 @cli.command()

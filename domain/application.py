@@ -753,44 +753,25 @@ def _notification(position: int, domain_event: Any) -> Notification:
     kind = next(
         k for cls, k in _NOTIFYING_EVENTS.items() if isinstance(domain_event, cls)
     )
-    task_id = task_id_of(domain_event.originator_id)
-    if isinstance(domain_event, Task.Escalated):
-        session, count = domain_event.session, domain_event.report.failure_count
-        return Notification(
-            position=position,
-            kind=kind,
-            task_id=task_id,
-            at=domain_event.timestamp,
-            session_id=session.session_id,
-            reason=session.reason,
-            failure_count=count,
-        )
-    if isinstance(domain_event, Task.Paused):
-        return Notification(
-            position=position,
-            kind=kind,
-            task_id=task_id,
-            at=domain_event.timestamp,
-            session_id=domain_event.session.session_id,
-            reason=domain_event.session.reason,
-        )
-    if isinstance(domain_event, Task.HandedOff):
-        return Notification(
-            position=position,
-            kind=kind,
-            task_id=task_id,
-            at=domain_event.timestamp,
-            reason="hand_off_required",
-            failure_count=domain_event.payload.failure_count,
-        )
+    session_id: str | None = None
+    failure_count: int | None = None
+    if isinstance(domain_event, Task.Escalated | Task.Paused):
+        session_id = domain_event.session.session_id
+        reason: str = domain_event.session.reason
+        if isinstance(domain_event, Task.Escalated):
+            failure_count = domain_event.report.failure_count
+    elif isinstance(domain_event, Task.HandedOff):
+        reason = "hand_off_required"
+        failure_count = domain_event.payload.failure_count
+    else:
+        reason = domain_event.failure.reason
+        failure_count = domain_event.consecutive_failures
     return Notification(
         position=position,
         kind=kind,
-        task_id=task_id,
+        task_id=task_id_of(domain_event.originator_id),
         at=domain_event.timestamp,
-        reason=domain_event.failure.reason,
-        failure_count=domain_event.consecutive_failures,
+        session_id=session_id,
+        reason=reason,
+        failure_count=failure_count,
     )
-
-
-__all__ = ["DEFAULT_DB", "RecoveryService"]

@@ -440,3 +440,20 @@ def test_demo_walks_the_whole_ladder(tmp_path: Path) -> None:
         check=False,
     )
     assert refused.returncode == BAD_INPUT
+
+
+def test_a_blocked_attempt_that_climbs_the_ladder_prints_both_blocks(
+    devs: Devs,
+) -> None:
+    env = {"DEVS_ESCALATION_THRESHOLD": "2", "DEVS_HANDOFF_THRESHOLD": "3"}
+    devs("task", "start", "t1", env=env)
+    devs("gate", "run", "t1", "--", "false", code=RETRY)
+    devs("lesson", "t1", "use a regex", "regex cannot nest")
+    escalated = devs("attempt", "t1", "use a regex", code=ESCALATED).stdout
+    assert escalated.index("⛔ BLACKLISTED STRATEGY") < escalated.index(
+        "⚠ ENTROPY PAUSE — Max retry threshold reached"
+    )
+    devs("resume", "t1")
+    handed = devs("attempt", "t1", "use a regex", code=HANDED_OFF).stdout
+    assert handed.index("⛔ BLACKLISTED STRATEGY") < handed.index("✋ HAND-OFF")
+    assert "Failures: 3" in handed
