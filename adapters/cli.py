@@ -198,6 +198,33 @@ def cli(ctx: click.Context, db: str | None, verbose: bool) -> None:
     ctx.call_on_close(context.close)
 
 
+TIME = "%Y-%m-%d %H:%M:%S"
+
+
+def show_rows(
+    items: Sequence[Any],
+    as_json: bool,
+    *,
+    empty: str,
+    title: str,
+    columns: Sequence[str],
+    row: Callable[[Any], Sequence[str]],
+) -> None:
+    """A listing: JSON for tooling, else a table (or a line when it is empty)."""
+    if as_json:
+        emit_json(items)
+        return
+    if not items:
+        plain(empty)
+        return
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for item in items:
+        table.add_row(*row(item))
+    out.print(table)
+
+
 # ------------------------------------------------------------ decision output
 
 
@@ -251,12 +278,6 @@ def status(ctx: Context, run_id: str | None, as_json: bool) -> None:
     tasks = ctx.app.tasks(run_id=run_id)
     if run_id is not None:
         ctx.app.run_state(run_id)  # an unknown run is an error, not an empty list
-    if as_json:
-        emit_json(tasks)
-        return
-    if not tasks:
-        plain("no tasks")
-        return
     order = {
         state: i
         for i, state in enumerate(
@@ -271,18 +292,20 @@ def status(ctx: Context, run_id: str | None, as_json: bool) -> None:
             )
         )
     }
-    table = Table(title="Tasks by state")
-    for column in ("state", "task", "run", "failures", "updated"):
-        table.add_column(column)
-    for task in sorted(tasks, key=lambda t: (order[t.state], t.task_id)):
-        table.add_row(
-            task.state,
-            task.task_id,
-            task.run_id or "-",
-            str(task.consecutive_failures),
-            task.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
-        )
-    out.print(table)
+    show_rows(
+        tasks if as_json else sorted(tasks, key=lambda t: (order[t.state], t.task_id)),
+        as_json,
+        empty="no tasks",
+        title="Tasks by state",
+        columns=("state", "task", "run", "failures", "updated"),
+        row=lambda t: (
+            t.state,
+            t.task_id,
+            t.run_id or "-",
+            str(t.consecutive_failures),
+            t.updated_at.strftime(TIME),
+        ),
+    )
 
 
 @cli.group()
@@ -735,34 +758,28 @@ def skip(
 @handles_errors
 def handoffs(ctx: Context, as_json: bool) -> None:
     """The hand-off queue, oldest first."""
-    queue = ctx.app.handoff_queue()
-    if as_json:
-        emit_json(queue)
-        return
-    if not queue:
-        plain("the hand-off queue is empty")
-        return
-    table = Table(title="Hand-off queue")
-    for column in (
-        "task",
-        "failures",
-        "last error",
-        "agent",
-        "last commit",
-        "claimed by",
-    ):
-        table.add_column(column)
-    for entry in queue:
-        payload = entry.payload
-        table.add_row(
-            payload.task_id,
-            str(payload.failure_count),
-            presenters.one_line(payload.last_error_excerpt, 60),
-            payload.originating_agent or "-",
-            payload.last_commit or "-",
+    show_rows(
+        ctx.app.handoff_queue(),
+        as_json,
+        empty="the hand-off queue is empty",
+        title="Hand-off queue",
+        columns=(
+            "task",
+            "failures",
+            "last error",
+            "agent",
+            "last commit",
+            "claimed by",
+        ),
+        row=lambda entry: (
+            entry.payload.task_id,
+            str(entry.payload.failure_count),
+            presenters.one_line(entry.payload.last_error_excerpt, 60),
+            entry.payload.originating_agent or "-",
+            entry.payload.last_commit or "-",
             entry.claimed_by or "-",
-        )
-    out.print(table)
+        ),
+    )
 
 
 @cli.command()
@@ -812,26 +829,21 @@ def resolve(
 @handles_errors
 def sessions(ctx: Context, as_json: bool) -> None:
     """Pending human sessions."""
-    pending = ctx.app.pending_sessions()
-    if as_json:
-        emit_json(pending)
-        return
-    if not pending:
-        plain("no pending human sessions")
-        return
-    table = Table(title="Pending human sessions")
-    for column in ("session", "task", "reason", "opened", "failures", "entropy"):
-        table.add_column(column)
-    for session in pending:
-        table.add_row(
+    show_rows(
+        ctx.app.pending_sessions(),
+        as_json,
+        empty="no pending human sessions",
+        title="Pending human sessions",
+        columns=("session", "task", "reason", "opened", "failures", "entropy"),
+        row=lambda session: (
             session.session_id,
             session.task_id,
             session.reason,
-            session.opened_at.strftime("%Y-%m-%d %H:%M:%S"),
+            session.opened_at.strftime(TIME),
             str(session.failure_count),
             f"{session.entropy_score:g}" if session.entropy_score is not None else "-",
-        )
-    out.print(table)
+        ),
+    )
 
 
 @cli.command()
@@ -841,23 +853,18 @@ def sessions(ctx: Context, as_json: bool) -> None:
 @handles_errors
 def lessons(ctx: Context, task_id: str, as_json: bool) -> None:
     """TASK_ID's lessons: the strategies that failed and why."""
-    found = ctx.app.lessons(task_id)
-    if as_json:
-        emit_json(found)
-        return
-    if not found:
-        plain(f"no lessons for {task_id}")
-        return
-    table = Table(title=f"Lessons of {task_id}")
-    for column in ("failed strategy", "root cause", "logged"):
-        table.add_column(column)
-    for item in found:
-        table.add_row(
+    show_rows(
+        ctx.app.lessons(task_id),
+        as_json,
+        empty=f"no lessons for {task_id}",
+        title=f"Lessons of {task_id}",
+        columns=("failed strategy", "root cause", "logged"),
+        row=lambda item: (
             presenters.one_line(item.failed_strategy, 80),
             presenters.one_line(item.rca_summary, 80),
-            item.logged_at.strftime("%Y-%m-%d %H:%M:%S"),
-        )
-    out.print(table)
+            item.logged_at.strftime(TIME),
+        ),
+    )
 
 
 @cli.group()

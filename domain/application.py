@@ -70,6 +70,12 @@ _STATE_OUTCOMES = {
     TaskState.HAND_OFF: Outcome.HAND_OFF,
 }
 
+_STOP_EVENTS = {
+    TaskState.ESCALATION: "ESCALATION_TRIGGERED",
+    TaskState.HAND_OFF: "HAND_OFF_REQUIRED",
+    TaskState.PAUSED: "TASK_PAUSED",
+}
+
 _NOTIFYING_EVENTS: dict[type[Any], str] = {
     Task.Escalated: "USER_ESCALATION",
     Task.Paused: "TASK_PAUSED",
@@ -635,11 +641,8 @@ class RecoveryService(Application[str]):
         return self.read_models.projections[name].view
 
     def _require_task(self, task_id: str) -> str:
-        task_id = values.identifier("task_id", task_id)
-        self.read_models.catch_up()
-        if self._view("task_index").one(task_id) is None:
-            raise UnknownTask(task_id)
-        return task_id
+        entry: TaskIndexEntry = self._one("task_index", task_id)
+        return entry.task_id
 
     def _one(self, view: str, task_id: str) -> Any:
         task_id = values.identifier("task_id", task_id)
@@ -651,13 +654,8 @@ class RecoveryService(Application[str]):
 
     def _log_stop(self, task: Task, event: str | None, **extra: Any) -> None:
         last = task.failures[-1] if task.failures else None
-        names = {
-            TaskState.ESCALATION: "ESCALATION_TRIGGERED",
-            TaskState.HAND_OFF: "HAND_OFF_REQUIRED",
-            TaskState.PAUSED: "TASK_PAUSED",
-        }
         log_decision(
-            event or names[TaskState(task.state)],
+            event or _STOP_EVENTS[TaskState(task.state)],
             task_id=task.task_id,
             state=task.state,
             consecutive_failures=task.consecutive_failures,
