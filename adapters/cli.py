@@ -28,6 +28,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from devs.adapters import presenters
+from devs.adapters.demo import run_demo
 from devs.adapters.sandbox import DEFAULT_OUTPUT_CAP, run_gate
 from devs.domain import (
     AlreadyExists,
@@ -43,7 +44,7 @@ from devs.domain import (
     TaskSummary,
 )
 from devs.domain.application import DB_ENV, DEFAULT_DB
-from devs.domain.chart import WAITING, Trigger, destination, mermaid
+from devs.domain.chart import mermaid
 from devs.domain.redaction import redact
 
 P = ParamSpec("P")
@@ -593,7 +594,7 @@ def gate_run(
     Write the command after `--`: devs gate run TASK -- pytest -q
     """
     # Refuse an unknown task, or one that takes no gate now, before running anything.
-    destination(Trigger.FAIL_GATE, ctx.app.task(task_id).state)
+    ctx.app.require_gate_allowed(task_id)
     result = run_gate(
         command,
         cwd=cwd,
@@ -725,7 +726,7 @@ def rewind(
 
 def waiting_task(app: RecoveryService) -> str:
     """The one task waiting for a human, for ``devs skip`` without a task."""
-    waiting = [t.task_id for state in WAITING for t in app.tasks(state=state)]
+    waiting = [t.task_id for t in app.waiting_tasks()]
     if not waiting:
         raise NotFound("no task is waiting for a human; name the task to skip")
     if len(waiting) > 1:
@@ -905,15 +906,13 @@ def diagram() -> None:
 )
 def demo(demo_db: str | None) -> None:
     """Walk a scripted agent loop through the whole ladder, showing each decision."""
-    from devs.adapters.demo import run_demo
-
     if demo_db is None:
         path = Path(tempfile.mkdtemp(prefix="devs-demo-")) / "devs_state.sqlite"
     else:
         path = Path(demo_db)
     if path.exists():
         fail(f"{path} exists; the demo wants a fresh file", ExitCode.BAD_INPUT)
-    run_demo(path)
+    run_demo(path, cli, ExitCode)
 
 
 def main() -> None:

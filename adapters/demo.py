@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from enum import IntEnum
 from pathlib import Path
 
 import click
@@ -124,9 +125,8 @@ def _shown(args: list[str]) -> str:
     return "$ devs " + " ".join(shlex.quote(a) for a in shown)
 
 
-def run_demo(db: Path) -> None:
-    from devs.adapters.cli import ExitCode, cli
-
+def run_demo(db: Path, cli: click.Group, exit_codes: type[IntEnum]) -> None:
+    """Run every step through ``cli`` (the ``devs`` group) on a fresh file."""
     db.parent.mkdir(parents=True, exist_ok=True)
     dag_file = db.parent / "demo-dag.json"
     dag_file.write_text('{"design": [], "build": ["design"], "ship": ["build"]}\n')
@@ -143,4 +143,4 @@ def run_demo(db: Path) -> None:
             code = 0
         except SystemExit as exit_:
             code = int(exit_.code or 0)
-        click.echo(f"[exit {code}: {ExitCode(code).name}]\n")
+        click.echo(f"[exit {code}: {exit_codes(code).name}]\n")

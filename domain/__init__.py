@@ -1,22 +1,16 @@
 """devs-recovery's domain: the task and run aggregates, the chart, the policy,
-and the eventsourcing application that serves commands and queries."""
+the ports of its read models, and the eventsourcing application that serves
+commands and queries."""
 
 from devs.domain.application import RecoveryService
 from devs.domain.decisions import (
     ActionResult,
     AttemptDecision,
     EntropyDecision,
-    FailureReport,
     GateDecision,
-    GateStatus,
-    HandoffEntry,
     HistoryEntry,
-    Lesson,
     Notification,
     Outcome,
-    PendingSession,
-    RunState,
-    TaskIndexEntry,
     TaskSummary,
 )
 from devs.domain.errors import (
@@ -29,6 +23,16 @@ from devs.domain.errors import (
     UnknownTask,
 )
 from devs.domain.policy import Policy, load_policy
+from devs.domain.ports import (
+    FailureReport,
+    GateStatus,
+    HandoffEntry,
+    Lesson,
+    PendingSession,
+    ReadModels,
+    RunState,
+    TaskIndexEntry,
+)
 from devs.domain.signals import GraphSuspended, suspend_if_stopped
 
 __all__ = [
@@ -51,6 +55,7 @@ __all__ = [
     "Outcome",
     "PendingSession",
     "Policy",
+    "ReadModels",
     "RecoveryService",
     "RunState",
     "TaskIndexEntry",

@@ -1,42 +1,45 @@
 """``RecoveryService``: the eventsourcing application that referees agent tasks.
 
-Commands validate their input, load the task (and its run), let the aggregates
-decide, save task and run events in one atomic ``save``, log the decision and
-return a pydantic decision. Queries read the projections, which catch up from the
-notification log first (see :mod:`devs.projections.catchup`).
+A thin service layer. A command validates its arguments (pydantic, see
+:mod:`devs.domain.values`), gets the task and its run, lets the task decide,
+lets the run react (:mod:`devs.domain.reactions`), saves both in one atomic
+``save``, and answers with a decision built from the aggregates. The decision
+log and the notifications are derived from the recorded events
+(:mod:`devs.domain.journal`). Queries read the read models, which the service
+is handed by topic from its ``env`` (``READ_MODELS_TOPIC``, SQLite by default)
+through the ports of :mod:`devs.domain.ports`.
+
+Aggregates are cached optimistically: a command decides on the cached task
+without asking the store for newer events, and the store's unique
+``(originator_id, originator_version)`` constraint catches a cache that another
+process made stale; the command then drops its cached aggregates, reloads and
+decides again. A command that would write nothing, or that refuses, first
+makes sure it decided on the newest state.
 """
 
 from __future__ import annotations
 
-import functools
 import random
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, ParamSpec, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any, ClassVar, TypeVar
 
-from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import IntegrityError
-from eventsourcing.sqlite import SQLiteFactory
-from eventsourcing.utils import EnvType
+from eventsourcing.application import AggregateNotFoundError, Application, Repository
+from eventsourcing.persistence import IntegrityError, Recording
+from eventsourcing.utils import EnvType, get_topic, resolve_topic
 
-from devs.domain import blacklist, values
-from devs.domain.chart import STATUS, WAITING, TaskState
-from devs.domain.decision_log import log_decision
+from devs.domain import blacklist, journal
+from devs.domain.chart import STATUS, TaskState, Trigger, destination
 from devs.domain.decisions import (
     ActionResult,
     AttemptDecision,
     EntropyDecision,
-    FailureReport,
     GateDecision,
-    GateStatus,
-    HandoffEntry,
     HistoryEntry,
-    Lesson,
     Notification,
     Outcome,
-    PendingSession,
-    RunState,
-    TaskIndexEntry,
     TaskSummary,
 )
 from devs.domain.errors import (
@@ -47,20 +50,51 @@ from devs.domain.errors import (
     UnknownTask,
 )
 from devs.domain.gate import evaluate
+from devs.domain.names import HumanAction, Resolution
 from devs.domain.policy import Policy, load_policy
-from devs.domain.redaction import excerpt
+from devs.domain.ports import (
+    FailureReport,
+    GateStatus,
+    HandoffEntry,
+    Lesson,
+    PendingSession,
+    ReadModels,
+    RunState,
+    TaskIndexEntry,
+)
+from devs.domain.reactions import react
 from devs.domain.run import Run
-from devs.domain.task import Resolution, Task, task_id_of
-from devs.projections.catchup import ReadModels
-from devs.projections.views import PROJECTIONS, SQLITE_VIEWS
+from devs.domain.task import Task
+from devs.domain.values import (
+    Actor,
+    AgentName,
+    CommitId,
+    Dag,
+    EntropyScore,
+    ErrorText,
+    ExitCode,
+    GateName,
+    Limit,
+    OutputText,
+    Position,
+    RcaSummary,
+    Reason,
+    RunId,
+    Strategy,
+    TaskId,
+    Version,
+    choice,
+    validated,
+)
 
 DEFAULT_DB = "devs_state.sqlite"
 DB_ENV = "DEVS_DB"
+READ_MODELS_TOPIC = "READ_MODELS_TOPIC"
 COMMAND_ATTEMPTS = 10
 CONFLICT_BACKOFF_SECONDS = 0.002
+LOCK_STRIPES = 64
 
-P = ParamSpec("P")
-R = TypeVar("R")
+T = TypeVar("T")
 
 _STATE_OUTCOMES = {
     TaskState.GATE_FAILED: Outcome.STAY,
@@ -70,41 +104,43 @@ _STATE_OUTCOMES = {
     TaskState.HAND_OFF: Outcome.HAND_OFF,
 }
 
-_STOP_EVENTS = {
-    TaskState.ESCALATION: "ESCALATION_TRIGGERED",
-    TaskState.HAND_OFF: "HAND_OFF_REQUIRED",
-    TaskState.PAUSED: "TASK_PAUSED",
-}
 
-_NOTIFYING_EVENTS: dict[type[Any], str] = {
-    Task.Escalated: "USER_ESCALATION",
-    Task.Paused: "TASK_PAUSED",
-    Task.HandedOff: "HAND_OFF_REQUIRED",
-    Task.BlacklistedStrategyAttempted: "task:blacklisted_strategy_attempted",
-}
+def replay(aggregate: Any, domain_events: Iterable[Any]) -> Any:
+    """Apply ``domain_events`` to ``aggregate`` in order (for snapshots).
 
-
-def _retry_on_conflict(command: Callable[P, R]) -> Callable[P, R]:
-    """Re-run a command that lost a race to another writer of the same task.
-
-    The store refused an event version another process wrote first; the next
-    attempt loads the newer state and decides again. Waits are random and grow
-    exponentially (eventsourcing's ``retry`` waits a near-constant time, which
-    keeps two writers in lock-step).
+    eventsourcing's default projector asserts each event against a runtime
+    ``Protocol``, which costs more than applying the event; ours are all
+    aggregate events.
     """
+    for domain_event in domain_events:
+        aggregate = domain_event.mutate(aggregate)
+    return aggregate
 
-    @functools.wraps(command)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        for attempt in range(COMMAND_ATTEMPTS):
-            try:
-                return command(*args, **kwargs)
-            except IntegrityError:
-                if attempt == COMMAND_ATTEMPTS - 1:
-                    raise
-                time.sleep(random.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**attempt))
-        raise AssertionError  # pragma: no cover
 
-    return wrapper
+class _Stale(Exception):
+    """The cached aggregates were behind the store: reload and decide again."""
+
+
+class _StripedLocks:
+    """Commands on one aggregate in one process take turns (threads share the
+    cached aggregate). Task locks are always taken before run locks."""
+
+    def __init__(self) -> None:
+        self._tasks = [threading.Lock() for _ in range(LOCK_STRIPES)]
+        self._runs = [threading.Lock() for _ in range(LOCK_STRIPES)]
+
+    @contextmanager
+    def task(self, task_id: str) -> Iterator[None]:
+        with self._tasks[hash(task_id) % LOCK_STRIPES]:
+            yield
+
+    @contextmanager
+    def run(self, run_id: str | None) -> Iterator[None]:
+        if run_id is None:
+            yield
+            return
+        with self._runs[hash(run_id) % LOCK_STRIPES]:
+            yield
 
 
 class RecoveryService(Application[str]):
@@ -116,30 +152,28 @@ class RecoveryService(Application[str]):
         "ORIGINATOR_ID_TYPE": "text",
         "MAPPER_TOPIC": "devs.adapters.persistence:PydanticMapper",
         "TRANSCODER_TOPIC": "devs.adapters.persistence:OrjsonTranscoder",
+        READ_MODELS_TOPIC: "devs.projections.sqlite:SQLiteReadModels",
         "AGGREGATE_CACHE_MAXSIZE": "1000",
+        "AGGREGATE_CACHE_FASTFORWARD": "n",
+        "DEEPCOPY_FROM_AGGREGATE_CACHE": "n",
     }
-    snapshotting_intervals: ClassVar[dict[type[Any], int]] = {Task: 50, Run: 50}
+    snapshotting_intervals: ClassVar[dict[type[Any], int]] = {Task: 200, Run: 200}
+    snapshotting_projectors: ClassVar[dict[type[Any], Any]] = {
+        Task: replay,
+        Run: replay,
+    }
 
     def __init__(self, env: EnvType | None = None, *, policy: Policy | None = None):
         super().__init__(env)
-        if not isinstance(self.factory, SQLiteFactory):
-            msg = (
-                f"persistence module {self.env.get('PERSISTENCE_MODULE')!r} is not "
-                "supported; use eventsourcing.sqlite"
-            )
-            raise DevsError(msg)
         self.policy = policy if policy is not None else load_policy(self.env)
-        self.read_models = ReadModels(
-            self,
-            [
-                projection_class(
-                    view=self.factory.tracking_recorder(
-                        SQLITE_VIEWS[projection_class.name]
-                    )
-                )
-                for projection_class in PROJECTIONS
-            ],
+        self._locks = _StripedLocks()
+        # Queries read aggregates as stored, never a cached object a command in
+        # another thread may be deciding on.
+        self._store = Repository(self.events, snapshot_store=self.snapshots)
+        factory: Callable[[RecoveryService], ReadModels] = resolve_topic(
+            self.env[READ_MODELS_TOPIC]
         )
+        self.read_models = factory(self)
 
     def construct_env(self, name: str, env: EnvType | None = None) -> Any:
         environment = super().construct_env(name, env)
@@ -151,152 +185,99 @@ class RecoveryService(Application[str]):
     def db_path(self) -> str:
         return str(self.env.get("SQLITE_DBNAME"))
 
-    def save(self, *objs: Any, **kwargs: Any) -> Any:
-        """Save, then cache the saved aggregates.
-
-        eventsourcing caches nothing on save when it fast-forwards cached
-        aggregates; but the aggregate just saved is the newest state this process
-        knows, so caching it spares the next command from replaying its own
-        events. Fast-forwarding still picks up other processes' writes.
-        """
-        recordings = super().save(*objs, **kwargs)
-        cache = self.repository.cache
-        if cache is not None:
-            for obj in objs:
-                if isinstance(obj, Task | Run):
-                    cache.put(obj.id, obj)
-        return recordings
+    def close(self) -> None:
+        self.read_models.close()
+        super().close()
 
     # =============================================================== commands
 
-    def start_run(self, run_id: str, dag: Mapping[str, Sequence[str]]) -> RunState:
+    @validated
+    def start_run(self, run_id: RunId, dag: Dag) -> RunState:
         """Start a run over ``dag`` (node -> prerequisites); nodes are task ids."""
-        run_id = values.identifier("run_id", run_id)
-        graph = values.dag(dag)
-        run = Run.start(run_id, graph)
+        run = Run.start(run_id, dag)
         try:
-            self.save(run)
+            self._commit(run)
         except IntegrityError:
             msg = f"run {run_id!r} was already started"
             raise AlreadyExists(msg) from None
-        log_decision("RUN_STARTED", run_id=run_id, nodes=len(graph))
         return _run_state(run)
 
-    @_retry_on_conflict
+    @validated
     def start_task(
         self,
-        task_id: str,
+        task_id: TaskId,
         *,
-        run_id: str | None = None,
-        agent: str | None = None,
-        last_commit: str | None = None,
+        run_id: RunId | None = None,
+        agent: AgentName | None = None,
+        last_commit: CommitId | None = None,
     ) -> TaskSummary:
         """Start refereeing a task, under the policy in force now."""
-        task_id = values.identifier("task_id", task_id)
-        run_id = values.optional_identifier("run_id", run_id)
-        if agent is not None:
-            agent = values.text(
-                "agent", agent, max_len=values.NAME_MAX, allow_newlines=False
-            )
-        last_commit = values.optional_identifier("last_commit", last_commit)
-        if self._find_task(task_id) is not None:
-            msg = f"task {task_id!r} was already started"
-            raise AlreadyExists(msg)
-        run = self._get_run(run_id) if run_id is not None else None
-        if run is not None:
-            run.start_node(task_id)
-        task = Task(
-            task_id=task_id,
-            run_id=run_id,
-            agent=agent,
-            last_commit=last_commit,
-            policy=self.policy,
-        )
-        # A conflict (this task, or its run, written meanwhile) retries: the
-        # next attempt finds the task and refuses, or decides on the newer run.
-        self.save(task, run)
-        log_decision("TASK_STARTED", task_id=task_id, run_id=run_id, agent=agent)
-        return _summary(task)
+        for attempt in self._attempts():
+            with self._locks.task(task_id), self._locks.run(run_id):
+                if self._find_task(task_id) is not None:
+                    msg = f"task {task_id!r} was already started"
+                    raise AlreadyExists(msg)
+                run = self._get_run(run_id) if run_id is not None else None
+                task = Task(
+                    task_id=task_id,
+                    run_id=run_id,
+                    agent=agent,
+                    last_commit=last_commit,
+                    policy=self.policy,
+                )
+                try:
+                    self._decide_and_save(task, run, lambda _: None)
+                except _Stale:
+                    attempt.retry()
+                    continue
+                return _summary(task)
+        raise AssertionError  # pragma: no cover
 
-    @_retry_on_conflict
-    def begin_attempt(self, task_id: str, strategy: str) -> AttemptDecision:
+    @validated
+    def begin_attempt(self, task_id: TaskId, strategy: Strategy) -> AttemptDecision:
         """Check a strategy against the task's lessons before any LLM call."""
-        strategy = values.text("strategy", strategy, max_len=values.STRATEGY_MAX)
-        task = self._get_task(task_id)
-        run = self._run_of(task)
-        matched = task.begin_attempt(strategy)
-        if matched is not None:
-            self._pause_run_if_waiting(task, run)
-        self.save(task, run)
-        outcome = None if matched is None else _STATE_OUTCOMES[task.state]
-        decision = AttemptDecision(
+        matched, task, _ = self._command(task_id, lambda t: t.begin_attempt(strategy))
+        stopped = matched is not None
+        return AttemptDecision(
             task_id=task.task_id,
-            proceed=matched is None,
-            blacklisted=matched is not None,
+            proceed=not stopped,
+            blacklisted=stopped,
             matched_strategy=matched,
             directive=blacklist.directive(task.lessons),
             state=task.state,
             consecutive_failures=task.consecutive_failures,
-            outcome=outcome,
+            outcome=_STATE_OUTCOMES[task.state] if stopped else None,
             session_id=task.pending_session_id,
             report=task.report() if task.state is TaskState.ESCALATION else None,
         )
-        if matched is not None:
-            self._log_stop(
-                task,
-                "task:blacklisted_strategy_attempted",
-                matched_strategy=excerpt(matched, 200),
-            )
-            self._log_stop(task, None)
-        else:
-            log_decision("ATTEMPT_BEGAN", task_id=task.task_id, state=task.state)
-        return decision
 
-    @_retry_on_conflict
+    @validated
     def record_gate(
         self,
-        task_id: str,
-        exit_code: int | None,
+        task_id: TaskId,
+        exit_code: ExitCode,
         *,
-        gate: str | None = None,
-        strategy: str | None = None,
-        error: str | None = None,
-        output: str | None = None,
+        gate: GateName | None = None,
+        strategy: Strategy | None = None,
+        error: ErrorText | None = None,
+        output: OutputText | None = None,
     ) -> GateDecision:
         """Judge a gate by its exit code and climb (or reset) the failure ladder."""
-        code = values.exit_code(exit_code)
-        if gate is not None:
-            gate = values.text(
-                "gate", gate, max_len=values.NAME_MAX, allow_newlines=False
+        result = evaluate(exit_code)
+
+        def decide(task: Task) -> None:
+            task.record_gate(
+                result, gate=gate, strategy=strategy, error=error, output=output
             )
-        if strategy is not None:
-            strategy = values.text("strategy", strategy, max_len=values.STRATEGY_MAX)
-        if error is not None:
-            error = values.text(
-                "error", error, max_len=values.ERROR_MAX, allow_empty=True
-            )
-        if output is not None:
-            output = values.text(
-                "output", output, max_len=values.OUTPUT_MAX, allow_empty=True
-            )
-        task = self._get_task(task_id)
-        run = self._run_of(task)
-        result = evaluate(code)
-        task.record_gate(
-            result, gate=gate, strategy=strategy, error=error, output=output
-        )
-        next_node: str | None = None
+
+        _, task, run = self._command(task_id, decide)
+        next_node = run.next_node() if run is not None else None
         if result.passed:
-            if run is not None:
-                run.settle(task.task_id, "completed")
-                next_node = run.next_node()
             outcome = Outcome.ADVANCE if next_node is not None else Outcome.COMPLETE
         else:
-            self._pause_run_if_waiting(task, run)
             outcome = _STATE_OUTCOMES[task.state]
-        self.save(task, run)
         last_failure = task.failures[-1] if not result.passed else None
-        decision = GateDecision(
+        return GateDecision(
             task_id=task.task_id,
             gate=gate,
             passed=result.passed,
@@ -305,199 +286,135 @@ class RecoveryService(Application[str]):
             outcome=outcome,
             state=task.state,
             consecutive_failures=task.consecutive_failures,
-            next_node=next_node,
+            next_node=next_node if result.passed else None,
             session_id=task.pending_session_id,
             report=task.report() if outcome is Outcome.ESCALATE else None,
             error_hash=last_failure.error_hash if last_failure else None,
         )
-        if result.passed:
-            log_decision(
-                "GATE_PASSED",
-                task_id=task.task_id,
-                gate=gate,
-                outcome=outcome,
-                next_node=next_node,
-                run_id=task.run_id,
-            )
-        else:
-            log_decision(
-                "GATE_FAILED",
-                task_id=task.task_id,
-                gate=gate,
-                reason=result.reason,
-                exit_code=result.exit_code,
-                consecutive_failures=task.consecutive_failures,
-                error_hash=decision.error_hash,
-            )
-            if outcome is not Outcome.STAY:
-                self._log_stop(task, None)
-        return decision
 
-    @_retry_on_conflict
-    def report_entropy(self, task_id: str, score: float) -> EntropyDecision:
+    @validated
+    def report_entropy(self, task_id: TaskId, score: EntropyScore) -> EntropyDecision:
         """Pause the task for a human when the agent's entropy reaches the limit."""
-        value = values.entropy_score(score)
-        task = self._get_task(task_id)
-        run = self._run_of(task)
-        pending_before = task.pending_session
-        session = task.report_entropy(value)
-        if session is not None and pending_before is None:
-            self._pause_run_if_waiting(task, run)
-        if task.pending_events:
-            self.save(task, run)
-        decision = EntropyDecision(
+        session, task, _ = self._command(task_id, lambda t: t.report_entropy(score))
+        return EntropyDecision(
             task_id=task.task_id,
-            score=value,
+            score=score,
             threshold=task.policy.hitl_entropy_threshold,
             triggered=session is not None,
             session_id=session.session_id if session else None,
             state=task.state,
         )
-        if session is not None and pending_before is None:
-            self._log_stop(task, "ENTROPY_LIMIT", entropy_score=value)
-        else:
-            log_decision(
-                "ENTROPY_MEASURED",
-                task_id=task.task_id,
-                score=value,
-                triggered=decision.triggered,
-                session_id=decision.session_id,
-            )
-        return decision
 
-    @_retry_on_conflict
+    @validated
     def log_lesson(
-        self, task_id: str, failed_strategy: str, rca_summary: str
+        self, task_id: TaskId, failed_strategy: Strategy, rca_summary: RcaSummary
     ) -> Lesson:
         """Record what a root-cause analysis learned; the strategy is blacklisted."""
-        failed_strategy = values.text(
-            "failed_strategy", failed_strategy, max_len=values.STRATEGY_MAX
+        logged, _, _ = self._command(
+            task_id, lambda t: t.log_lesson(failed_strategy, rca_summary)
         )
-        rca_summary = values.text(
-            "rca_summary", rca_summary, max_len=values.SUMMARY_MAX
-        )
-        task = self._get_task(task_id)
-        task.log_lesson(failed_strategy, rca_summary)
-        logged = task.pending_events[-1]
-        assert isinstance(logged, Task.LessonLogged)
-        self.save(task)
-        log_decision("LESSON_LOGGED", task_id=task.task_id, lessons=len(task.lessons))
         return Lesson(
-            task_id=task.task_id,
+            task_id=task_id,
             failed_strategy=logged.strategy,
             rca_summary=logged.rca_summary,
             logged_at=logged.timestamp,
         )
 
-    @_retry_on_conflict
-    def resume(self, task_id: str, *, actor: str, reason: str) -> ActionResult:
+    @validated
+    def resume(self, task_id: TaskId, *, actor: Actor, reason: Reason) -> ActionResult:
         """A human lets the agent go on after an escalation or a pause."""
-        actor, reason = _actor(actor), _reason(reason)
-        task = self._get_task(task_id)
-        run = self._run_of(task)
-        session_id = task.pending_session_id
-        task.resume(actor=actor, reason=reason)
-        if run is not None:
-            run.resume(task.task_id)
-        self.save(task, run)
-        return self._acted(task, run, "resume", actor, reason, session_id=session_id)
+        session_id, task, run = self._command(
+            task_id, lambda t: t.resume(actor=actor, reason=reason)
+        )
+        return _acted(task, run, HumanAction.RESUME, actor, reason, session_id)
 
-    @_retry_on_conflict
+    @validated
     def rewind(
-        self, task_id: str, *, actor: str, reason: str, to_commit: str | None = None
+        self,
+        task_id: TaskId,
+        *,
+        actor: Actor,
+        reason: Reason,
+        to_commit: CommitId | None = None,
     ) -> ActionResult:
         """A human sends the task back to work from a commit (default: its start)."""
-        actor, reason = _actor(actor), _reason(reason)
-        to_commit = values.optional_identifier("to_commit", to_commit)
-        task = self._get_task(task_id)
-        run = self._run_of(task)
-        session_id = task.pending_session_id
-        task.rewind(actor=actor, reason=reason, to_commit=to_commit)
-        if run is not None:
-            run.resume(task.task_id)
-        self.save(task, run)
-        return self._acted(
+        session_id, task, run = self._command(
+            task_id, lambda t: t.rewind(actor=actor, reason=reason, to_commit=to_commit)
+        )
+        return _acted(
             task,
             run,
-            "rewind",
+            HumanAction.REWIND,
             actor,
             reason,
-            session_id=session_id,
+            session_id,
             to_commit=task.last_commit,
         )
 
-    @_retry_on_conflict
-    def skip(self, task_id: str, *, actor: str, reason: str) -> ActionResult:
+    @validated
+    def skip(self, task_id: TaskId, *, actor: Actor, reason: Reason) -> ActionResult:
         """A human skips the task; its run moves on."""
-        actor, reason = _actor(actor), _reason(reason)
-        task = self._get_task(task_id)
-        run = self._run_of(task)
-        session_id = task.pending_session_id
-        task.skip(actor=actor, reason=reason)
-        if run is not None:
-            run.settle(task.task_id, "skipped")
-        self.save(task, run)
-        return self._acted(task, run, "skip", actor, reason, session_id=session_id)
+        session_id, task, run = self._command(
+            task_id, lambda t: t.skip(actor=actor, reason=reason)
+        )
+        return _acted(task, run, HumanAction.SKIP, actor, reason, session_id)
 
-    @_retry_on_conflict
-    def claim_handoff(self, task_id: str, *, actor: str) -> ActionResult:
+    @validated
+    def claim_handoff(self, task_id: TaskId, *, actor: Actor) -> ActionResult:
         """A human takes a handed-off task from the queue."""
-        actor = _actor(actor)
-        task = self._get_task(task_id)
-        task.claim_handoff(actor=actor)
-        self.save(task)
-        return self._acted(task, None, "claim", actor, None)
+        _, task, _ = self._command(task_id, lambda t: t.claim_handoff(actor=actor))
+        return _acted(task, None, HumanAction.CLAIM, actor, None, None)
 
-    @_retry_on_conflict
+    @validated
     def resolve_handoff(
-        self, task_id: str, *, actor: str, resolution: str, reason: str
+        self, task_id: TaskId, *, actor: Actor, resolution: str, reason: Reason
     ) -> ActionResult:
         """A human ends a hand-off: ``return`` to the agent, ``complete`` or ``skip``.
 
         The hand-off must have been claimed first.
         """
-        actor, reason = _actor(actor), _reason(reason)
-        chosen = Resolution(
-            values.choice("resolution", resolution, [r.value for r in Resolution])
+        chosen = Resolution(choice("resolution", resolution, list(Resolution)))
+        _, task, run = self._command(
+            task_id,
+            lambda t: t.resolve_handoff(actor=actor, resolution=chosen, reason=reason),
         )
-        task = self._get_task(task_id)
-        run = self._run_of(task)
-        task.resolve_handoff(actor=actor, resolution=chosen, reason=reason)
-        if run is not None:
-            if chosen is Resolution.RETURN:
-                run.resume(task.task_id)
-            else:
-                run.settle(
-                    task.task_id,
-                    "completed" if chosen is Resolution.COMPLETE else "skipped",
-                )
-        self.save(task, run)
-        return self._acted(task, run, "resolve", actor, reason, resolution=chosen)
+        return _acted(
+            task, run, HumanAction.RESOLVE, actor, reason, None, resolution=chosen
+        )
 
     # ================================================================ queries
 
-    def task(self, task_id: str) -> TaskSummary:
+    @validated
+    def task(self, task_id: TaskId) -> TaskSummary:
         """The task as its events say now."""
-        return _summary(self._get_task(task_id))
+        return _summary(self._stored_task(task_id))
 
-    def state_at(self, task_id: str, version: int) -> TaskSummary:
+    @validated
+    def require_gate_allowed(self, task_id: TaskId) -> TaskSummary:
+        """The task, if it takes a gate result now; else ``IllegalTransition``.
+
+        Lets a caller refuse before it runs a (possibly long) gate command.
+        """
+        summary = _summary(self._stored_task(task_id))
+        destination(Trigger.FAIL_GATE, summary.state)
+        return summary
+
+    @validated
+    def state_at(self, task_id: TaskId, version: Version) -> TaskSummary:
         """The task as it was right after event number ``version``."""
-        task = self._get_task(task_id)
-        if isinstance(version, bool) or not isinstance(version, int):
-            msg = f"version must be an integer, got {type(version).__name__}"
-            raise InvalidInput(msg)
+        task = self._stored_task(task_id)
         if not 1 <= version <= task.version:
             msg = (
                 f"version {version} is out of range [1, {task.version}] "
                 f"for task {task.task_id!r}"
             )
             raise InvalidInput(msg)
-        past: Task = self.repository.get(Task.create_id(task.task_id), version=version)
+        past: Task = self._store.get(task.id, version=version)
         return _summary(past)
 
-    def history(self, task_id: str) -> list[HistoryEntry]:
+    @validated
+    def history(self, task_id: TaskId) -> list[HistoryEntry]:
         """Every event of the task, replayed in order, with the state after each."""
-        task_id = values.identifier("task_id", task_id)
         task: Task | None = None
         entries: list[HistoryEntry] = []
         for domain_event in self.events.get(Task.create_id(task_id)):
@@ -525,78 +442,86 @@ class RecoveryService(Application[str]):
             raise UnknownTask(task_id)
         return entries
 
+    @validated
     def tasks(
-        self, *, state: str | None = None, run_id: str | None = None
+        self, *, state: str | None = None, run_id: RunId | None = None
     ) -> list[TaskIndexEntry]:
         """Tasks from the index, optionally of one state and/or one run."""
         if state is not None:
-            state = values.choice("state", state, [s.value for s in TaskState])
-        run_id = values.optional_identifier("run_id", run_id)
+            state = choice("state", state, list(TaskState))
         self.read_models.catch_up()
-        entries: list[TaskIndexEntry] = self._view("task_index").many(
-            state=state, run_id=run_id
-        )
-        return entries
+        return self.read_models.task_entries(state=state, run_id=run_id)
 
-    def gate_status(self, task_id: str) -> GateStatus:
-        return self._one("gate_status", task_id)  # type: ignore[no-any-return]
+    @validated
+    def waiting_tasks(self) -> list[TaskIndexEntry]:
+        """Tasks that wait for a human (escalated, paused or handed off)."""
+        self.read_models.catch_up()
+        return [
+            entry
+            for state in (TaskState.ESCALATION, TaskState.PAUSED, TaskState.HAND_OFF)
+            for entry in self.read_models.task_entries(state=state)
+        ]
 
-    def failure_report(self, task_id: str) -> FailureReport:
-        return self._one("failure_reports", task_id)  # type: ignore[no-any-return]
+    @validated
+    def gate_status(self, task_id: TaskId) -> GateStatus:
+        self.read_models.catch_up()
+        return _found(self.read_models.gate_status(task_id), task_id)
 
-    def lessons(self, task_id: str) -> list[Lesson]:
-        task_id = self._require_task(task_id)
-        found: list[Lesson] = self._view("lessons").many(task_id=task_id)
-        return found
+    @validated
+    def failure_report(self, task_id: TaskId) -> FailureReport:
+        self.read_models.catch_up()
+        return _found(self.read_models.failure_report(task_id), task_id)
 
-    def is_strategy_blacklisted(self, task_id: str, candidate: str) -> bool:
-        candidate = values.text("candidate", candidate, max_len=values.STRATEGY_MAX)
-        strategies = [lesson.failed_strategy for lesson in self.lessons(task_id)]
+    @validated
+    def lessons(self, task_id: TaskId) -> list[Lesson]:
+        self._require_task(task_id)
+        return self.read_models.lessons(task_id)
+
+    @validated
+    def is_strategy_blacklisted(self, task_id: TaskId, candidate: Strategy) -> bool:
+        self._require_task(task_id)
+        strategies = self.read_models.lesson_strategies(task_id)
         return blacklist.find_match(candidate, strategies) is not None
 
-    def blacklist_directive(self, task_id: str) -> str:
-        return blacklist.directive(
-            lesson.failed_strategy for lesson in self.lessons(task_id)
-        )
+    @validated
+    def blacklist_directive(self, task_id: TaskId) -> str:
+        self._require_task(task_id)
+        return blacklist.directive(self.read_models.lesson_strategies(task_id))
 
     def pending_sessions(self) -> list[PendingSession]:
         self.read_models.catch_up()
-        found: list[PendingSession] = self._view("pending_sessions").many()
-        return found
+        return self.read_models.pending_sessions()
 
     def handoff_queue(self) -> list[HandoffEntry]:
         self.read_models.catch_up()
-        found: list[HandoffEntry] = self._view("handoff_queue").many()
-        return found
+        return self.read_models.handoff_queue()
 
-    def run_state(self, run_id: str) -> RunState:
-        run_id = values.identifier("run_id", run_id)
+    @validated
+    def run_state(self, run_id: RunId) -> RunState:
         self.read_models.catch_up()
-        found: RunState | None = self._view("run_state").one(run_id)
+        found = self.read_models.run_state(run_id)
         if found is None:
             raise UnknownRun(run_id)
         return found
 
-    def notifications(self, *, after: int = 0, limit: int = 100) -> list[Notification]:
+    @validated
+    def notifications(
+        self, *, after: Position = 0, limit: Limit = 100
+    ) -> list[Notification]:
         """Escalations, pauses, hand-offs and blocked attempts, in log order."""
-        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-            msg = f"after must be a non-negative integer, got {after!r}"
-            raise InvalidInput(msg)
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= 10_000
-        ):
-            msg = f"limit must be an integer in [1, 10000], got {limit!r}"
-            raise InvalidInput(msg)
-        topics = [cls.TOPIC for cls in _NOTIFYING_EVENTS]
         records = self.recorder.select_notifications(
-            start=after + 1, limit=limit, topics=topics
+            start=after + 1,
+            limit=limit,
+            topics=[get_topic(cls) for cls in journal.NOTIFYING_EVENTS],
         )
-        return [_notification(n.id, self.mapper.to_domain_event(n)) for n in records]
+        found = (
+            journal.notification(self.mapper.to_domain_event(record), record.id)
+            for record in records
+        )
+        return [n for n in found if n is not None]
 
     def catch_up(self) -> int:
-        """Bring every projection up to the end of the log; return the position."""
+        """Bring every read model up to the end of the log; return the position."""
         return self.read_models.catch_up()
 
     def rebuild_projections(
@@ -604,10 +529,85 @@ class RecoveryService(Application[str]):
         names: Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
-        """Drop the named projections (default: all) and replay them from 0."""
+        """Drop the named read models (default: all) and replay them from 0."""
         return self.read_models.rebuild(names, progress)
 
     # ============================================================== internals
+
+    def _command(
+        self, task_id: str, decide: Callable[[Task], T]
+    ) -> tuple[T, Task, Run | None]:
+        """Get the task and its run, let the task decide, let the run react, save.
+
+        Retries, on fresh aggregates, a command that lost a race to another
+        writer or decided on a stale cache.
+        """
+        for attempt in self._attempts():
+            with self._locks.task(task_id):
+                task = self._get_task(task_id)
+                with self._locks.run(task.run_id):
+                    run = self._run_of(task)
+                    try:
+                        outcome = self._decide_and_save(task, run, decide)
+                    except _Stale:
+                        attempt.retry()
+                        continue
+                    return outcome, task, run
+        raise AssertionError  # pragma: no cover
+
+    def _decide_and_save(
+        self, task: Task, run: Run | None, decide: Callable[[Task], T]
+    ) -> T:
+        try:
+            outcome = decide(task)
+            new_events = list(task.pending_events)
+            if run is not None:
+                react(run, new_events)
+            if not new_events and self._is_stale(task, run):
+                raise _Stale
+            self._commit(task, run)
+        except IntegrityError:
+            self._forget(task, run)
+            raise _Stale from None
+        except DevsError:
+            self._forget(task, run)
+            if self._is_stale(task, run):
+                raise _Stale from None
+            raise
+        except BaseException:
+            self._forget(task, run)
+            raise
+        return outcome
+
+    def _commit(self, *aggregates: Task | Run | None) -> list[Recording[str]]:
+        recordings = self.save(*aggregates)
+        for recording in recordings:
+            journal.record(recording.domain_event, recording.notification.id)
+        return recordings
+
+    def _attempts(self) -> Iterator[_Attempt]:
+        for number in range(COMMAND_ATTEMPTS):
+            yield _Attempt(number)
+        msg = f"gave up after {COMMAND_ATTEMPTS} conflicting writes"
+        raise IntegrityError(msg)
+
+    def _is_stale(self, task: Task, run: Run | None) -> bool:
+        """Whether the store holds events newer than these (cached) aggregates."""
+        return any(
+            self.recorder.select_events(aggregate.id, gt=aggregate.version, limit=1)
+            for aggregate in (task, run)
+            if aggregate is not None and aggregate.version > 0
+        )
+
+    def _forget(self, *aggregates: Task | Run | None) -> None:
+        """Drop aggregates from the cache: the next get reloads them."""
+        cache = self.repository.cache
+        if cache is None:
+            return
+        for aggregate in aggregates:
+            if aggregate is not None:
+                with suppress(KeyError):
+                    cache.get(aggregate.id, evict=True)
 
     def _find_task(self, task_id: str) -> Task | None:
         try:
@@ -617,10 +617,16 @@ class RecoveryService(Application[str]):
         return task
 
     def _get_task(self, task_id: str) -> Task:
-        task_id = values.identifier("task_id", task_id)
         task = self._find_task(task_id)
         if task is None:
             raise UnknownTask(task_id)
+        return task
+
+    def _stored_task(self, task_id: str) -> Task:
+        try:
+            task: Task = self._store.get(Task.create_id(task_id))
+        except AggregateNotFoundError:
+            raise UnknownTask(task_id) from None
         return task
 
     def _get_run(self, run_id: str) -> Run:
@@ -633,80 +639,54 @@ class RecoveryService(Application[str]):
     def _run_of(self, task: Task) -> Run | None:
         return self._get_run(task.run_id) if task.run_id is not None else None
 
-    def _pause_run_if_waiting(self, task: Task, run: Run | None) -> None:
-        if run is not None and task.state in WAITING:
-            run.pause(task.task_id, reason=task.state)
-
-    def _view(self, name: str) -> Any:
-        return self.read_models.projections[name].view
-
-    def _require_task(self, task_id: str) -> str:
-        entry: TaskIndexEntry = self._one("task_index", task_id)
-        return entry.task_id
-
-    def _one(self, view: str, task_id: str) -> Any:
-        task_id = values.identifier("task_id", task_id)
+    def _require_task(self, task_id: str) -> None:
         self.read_models.catch_up()
-        found = self._view(view).one(task_id)
-        if found is None:
-            raise UnknownTask(task_id)
-        return found
-
-    def _log_stop(self, task: Task, event: str | None, **extra: Any) -> None:
-        last = task.failures[-1] if task.failures else None
-        log_decision(
-            event or _STOP_EVENTS[TaskState(task.state)],
-            task_id=task.task_id,
-            state=task.state,
-            consecutive_failures=task.consecutive_failures,
-            error_hash=last.error_hash if last else None,
-            session_id=task.pending_session_id,
-            run_id=task.run_id,
-            **extra,
-        )
-
-    def _acted(
-        self,
-        task: Task,
-        run: Run | None,
-        action: Any,
-        actor: str,
-        reason: str | None,
-        *,
-        session_id: str | None = None,
-        to_commit: str | None = None,
-        resolution: Resolution | None = None,
-    ) -> ActionResult:
-        result = ActionResult(
-            task_id=task.task_id,
-            action=action,
-            actor=actor,
-            reason=reason,
-            state=task.state,
-            resolved_session_id=session_id,
-            resolution=resolution,
-            to_commit=to_commit,
-            next_node=run.next_node() if run is not None else None,
-            run_status=run.status if run is not None else None,
-        )
-        log_decision(
-            "HUMAN_ACTION",
-            task_id=task.task_id,
-            action=action,
-            actor=actor,
-            state=task.state,
-            consecutive_failures=task.consecutive_failures,
-            session_id=session_id,
-        )
-        return result
+        _found(self.read_models.task_entry(task_id), task_id)
 
 
-def _actor(actor: object) -> str:
-    return values.identifier("actor", actor)
+class _Attempt:
+    """One try of a command; ``retry()`` waits a random, growing moment.
+
+    eventsourcing's own ``retry`` waits a near-constant time, which keeps two
+    writers of one task in lock-step.
+    """
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def retry(self) -> None:
+        time.sleep(random.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**self.number))
 
 
-def _reason(reason: object) -> str:
-    return values.text("reason", reason, max_len=values.REASON_MAX)
+def _found(value: T | None, task_id: str) -> T:
+    if value is None:
+        raise UnknownTask(task_id)
+    return value
+
+
+def _acted(
+    task: Task,
+    run: Run | None,
+    action: HumanAction,
+    actor: str,
+    reason: str | None,
+    session_id: str | None,
+    *,
+    to_commit: str | None = None,
+    resolution: Resolution | None = None,
+) -> ActionResult:
+    return ActionResult(
+        task_id=task.task_id,
+        action=action,
+        actor=actor,
+        reason=reason,
+        state=task.state,
+        resolved_session_id=session_id,
+        resolution=resolution,
+        to_commit=to_commit,
+        next_node=run.next_node() if run is not None else None,
+        run_status=run.status if run is not None else None,
+    )
 
 
 def _summary(task: Task) -> TaskSummary:
@@ -744,32 +724,4 @@ def _run_state(run: Run) -> RunState:
         ready=run.ready_nodes(),
         paused_by=tuple(run.paused_by),
         updated_at=run.modified_on,
-    )
-
-
-def _notification(position: int, domain_event: Any) -> Notification:
-    kind = next(
-        k for cls, k in _NOTIFYING_EVENTS.items() if isinstance(domain_event, cls)
-    )
-    session_id: str | None = None
-    failure_count: int | None = None
-    if isinstance(domain_event, Task.Escalated | Task.Paused):
-        session_id = domain_event.session.session_id
-        reason: str = domain_event.session.reason
-        if isinstance(domain_event, Task.Escalated):
-            failure_count = domain_event.report.failure_count
-    elif isinstance(domain_event, Task.HandedOff):
-        reason = "hand_off_required"
-        failure_count = domain_event.payload.failure_count
-    else:
-        reason = domain_event.failure.reason
-        failure_count = domain_event.consecutive_failures
-    return Notification(
-        position=position,
-        kind=kind,
-        task_id=task_id_of(domain_event.originator_id),
-        at=domain_event.timestamp,
-        session_id=session_id,
-        reason=reason,
-        failure_count=failure_count,
     )

@@ -14,6 +14,7 @@ from typing import Any
 from transitions import Machine
 
 from devs.domain.errors import IllegalTransition
+from devs.domain.names import HAND_OFF_REQUIRED
 
 
 class TaskState(StrEnum):
@@ -31,7 +32,7 @@ STATUS = {
     TaskState.GATE_FAILED: "gate_failed",
     TaskState.ESCALATION: "escalated",
     TaskState.PAUSED: "paused_for_intervention",
-    TaskState.HAND_OFF: "hand_off_required",
+    TaskState.HAND_OFF: HAND_OFF_REQUIRED,
     TaskState.COMPLETED: "completed",
     TaskState.SKIPPED: "skipped",
 }
@@ -103,29 +104,31 @@ MACHINE_SPEC: dict[str, Any] = {
 MACHINE = Machine(model=None, **MACHINE_SPEC)
 
 
-def allowed(trigger: Trigger, state: str) -> bool:
-    """Whether ``trigger`` may fire from ``state``."""
-    return bool(MACHINE.get_transitions(trigger=trigger.value, source=state))
+def _destinations() -> dict[tuple[str, str], TaskState]:
+    """Every allowed (trigger, source) pair and where it leads, read off MACHINE."""
+    table: dict[tuple[str, str], TaskState] = {}
+    for name, machine_event in MACHINE.events.items():
+        for transitions in machine_event.transitions.values():
+            for transition in transitions:
+                dest = transition.dest or transition.source
+                table[(name, transition.source)] = TaskState(dest)
+    return table
+
+
+_DESTINATIONS = _destinations()
 
 
 def destination(trigger: Trigger, state: str) -> TaskState:
     """The state ``trigger`` leads to from ``state``; raises if it is not allowed."""
-    found = MACHINE.get_transitions(trigger=trigger.value, source=state)
-    if not found:
-        sources = sorted(
-            {
-                t.source
-                for ts in MACHINE.events[trigger.value].transitions.values()
-                for t in ts
-            }
-        )
-        msg = (
-            f"cannot {trigger.value.replace('_', ' ')} a task in state {state}; "
-            f"allowed from {', '.join(sources)}"
-        )
-        raise IllegalTransition(msg, state=state)
-    dest = found[0].dest
-    return TaskState(state if dest is None else dest)
+    found = _DESTINATIONS.get((trigger.value, state))
+    if found is not None:
+        return found
+    sources = sorted({source for name, source in _DESTINATIONS if name == trigger})
+    msg = (
+        f"cannot {trigger.value.replace('_', ' ')} a task in state {state}; "
+        f"allowed from {', '.join(sources)}"
+    )
+    raise IllegalTransition(msg, state=state)
 
 
 def mermaid() -> str:

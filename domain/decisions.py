@@ -1,14 +1,15 @@
-"""What the service answers: pydantic models for decisions and query results."""
+"""What the service's commands answer, and what it reads off an aggregate."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from devs.domain.chart import TaskState
 from devs.domain.gate import GateFailureReason
 from devs.domain.model import Immutable
+from devs.domain.names import HumanAction, NotificationKind, Resolution
 from devs.domain.policy import Policy
 from devs.domain.run import RunStatus
 from devs.domain.task import (
@@ -16,8 +17,6 @@ from devs.domain.task import (
     FailureRecord,
     HandoffPayload,
     HumanSession,
-    Resolution,
-    SessionReason,
 )
 
 
@@ -94,7 +93,7 @@ class ActionResult(Immutable):
     """The result of a human action on a task."""
 
     task_id: str
-    action: Literal["resume", "rewind", "skip", "claim", "resolve"]
+    action: HumanAction
     actor: str
     reason: str | None
     state: TaskState
@@ -103,84 +102,6 @@ class ActionResult(Immutable):
     to_commit: str | None = None
     next_node: str | None = None
     run_status: RunStatus | None = None
-
-
-class Lesson(Immutable):
-    """A lesson learned: a strategy that failed and why (``BlacklistEntry``)."""
-
-    task_id: str
-    failed_strategy: str
-    rca_summary: str
-    logged_at: datetime
-
-
-class GateStatus(Immutable):
-    """The human-in-the-loop gate of a task, and its last binary gate result."""
-
-    task_id: str
-    state: TaskState
-    consecutive_failures: int
-    triggered: bool
-    session_id: str | None
-    reason: SessionReason | None
-    entropy_score: float | None
-    triggered_at: datetime | None
-    last_gate: str | None
-    last_passed: bool | None
-    last_reason: GateFailureReason | None
-    last_exit_code: int | None
-    last_error_hash: str | None
-    updated_at: datetime
-
-
-class PendingSession(Immutable):
-    session_id: str
-    task_id: str
-    reason: SessionReason
-    opened_at: datetime
-    entropy_score: float | None
-    failure_count: int
-
-
-class HandoffEntry(Immutable):
-    payload: HandoffPayload
-    position: int
-    claimed_by: str | None
-    claimed_at: datetime | None
-
-
-class FailureReport(Immutable):
-    """Failures since the last pass (``task_failures``), and the last escalation."""
-
-    task_id: str
-    failure_count: int
-    failed_strategies: tuple[str, ...]
-    last_error: str | None
-    last_error_hash: str | None
-    escalations: int
-    last_escalation: FailureAnalysisReport | None
-    updated_at: datetime
-
-
-class TaskIndexEntry(Immutable):
-    task_id: str
-    run_id: str | None
-    state: TaskState
-    consecutive_failures: int
-    updated_at: datetime
-
-
-class RunState(Immutable):
-    run_id: str
-    status: RunStatus
-    dag: dict[str, tuple[str, ...]]
-    order: tuple[str, ...]
-    started: tuple[str, ...]
-    completed: tuple[str, ...]
-    skipped: tuple[str, ...]
-    ready: tuple[str, ...]
-    paused_by: tuple[str, ...]
-    updated_at: datetime
 
 
 class HistoryEntry(Immutable):
@@ -198,12 +119,7 @@ class Notification(Immutable):
     """Something a human should see, in log order."""
 
     position: int
-    kind: Literal[
-        "USER_ESCALATION",
-        "TASK_PAUSED",
-        "HAND_OFF_REQUIRED",
-        "task:blacklisted_strategy_attempted",
-    ]
+    kind: NotificationKind
     task_id: str
     at: datetime
     session_id: str | None = None

@@ -9,7 +9,7 @@ models and datetimes survive the round trip.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from eventsourcing.domain import (
     BaseAggregate,
@@ -31,14 +31,7 @@ class Immutable(BaseModel):
 
 
 class Value(Immutable):
-    """An immutable value held in aggregate state.
-
-    Its fields are scalars, tuples or other values, so copying it is pointless:
-    ``deepcopy`` (which the repository applies to cached aggregates) returns it.
-    """
-
-    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
-        return self
+    """An immutable value held in aggregate state (scalars, tuples, values)."""
 
 
 class DomainEvent(Immutable):
@@ -61,17 +54,20 @@ class SnapshotState(Immutable):
 
 
 class AggregateSnapshot(DomainEvent, CanSnapshotAggregate[str]):
-    """A snapshot; subclasses annotate ``state`` with a :class:`SnapshotState`."""
+    """A snapshot; subclasses annotate ``state`` with a :class:`SnapshotState`.
+
+    Attributes an aggregate lists in ``DERIVED`` are left out of the snapshot
+    and rebuilt by its ``derive()`` after the snapshot is restored.
+    """
 
     topic: str
     state: Any
 
     @classmethod
     def take(cls, aggregate: Any) -> Self:
+        skipped = {"_id", "_version", "_pending_events", *aggregate.DERIVED}
         state = {
-            key: value
-            for key, value in vars(aggregate).items()
-            if key not in ("_id", "_version", "_pending_events")
+            key: value for key, value in vars(aggregate).items() if key not in skipped
         }
         return cls(
             originator_id=aggregate.id,
@@ -80,6 +76,12 @@ class AggregateSnapshot(DomainEvent, CanSnapshotAggregate[str]):
             topic=get_topic(type(aggregate)),
             state=state,
         )
+
+    def mutate(self, aggregate: Any) -> Any:
+        restored = super().mutate(aggregate)
+        assert isinstance(restored, Aggregate)
+        restored.derive()
+        return restored
 
 
 class AggregateEvent(DomainEvent, CanMutateAggregate[str]):
@@ -99,26 +101,11 @@ class Aggregate(BaseAggregate[str]):
     :class:`AggregateCreated`, and give every event a stable ``TOPIC``.
     """
 
+    DERIVED: ClassVar[tuple[str, ...]] = ()
+    """Attributes computed from the others: not snapshotted, see ``derive``."""
+
     class Event(AggregateEvent):
         pass
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
-        """Copy the state one container deep.
-
-        The repository deep-copies cached aggregates so a failed command cannot
-        corrupt the cache. Aggregate state here holds immutable values (strings,
-        numbers, datetimes, tuples, :class:`Value` models) directly or inside one
-        level of list, dict or set; copying those containers is a full copy.
-        """
-        clone = object.__new__(type(self))
-        clone.__dict__.update(
-            {
-                key: (
-                    type(value)(value)
-                    if isinstance(value, list | dict | set)
-                    else value
-                )
-                for key, value in self.__dict__.items()
-            }
-        )
-        return clone
+    def derive(self) -> None:
+        """Recompute the ``DERIVED`` attributes from the recorded ones."""

@@ -1,20 +1,43 @@
 """The thresholds that decide the failure ladder, with environment overrides.
 
-One pydantic model holds every threshold with its default and range. The
-environment may override each one (``DEVS_ESCALATION_THRESHOLD``, ...). An invalid
-override is not fatal: it logs a warning naming the variable and the problem, and
-that one setting falls back to its default. The policy in force is recorded in a
-task's first event, so a replay decides as the original did.
+:class:`Thresholds` declares every threshold once, with its default, range and
+description. Two models share those fields:
+
+- :class:`Policy`, the frozen value recorded in each task's ``Started`` event, so
+  a replay decides as the original did (plain pydantic: cheap to validate on
+  every load);
+- :class:`PolicySettings`, a pydantic-settings ``BaseSettings`` that reads the
+  overrides ``DEVS_ESCALATION_THRESHOLD``, ... from the environment or from a
+  given mapping.
+
+An invalid override (out of range, not a number, NaN, empty) is not fatal: it
+logs one warning on the ``devs.policy`` logger naming the variable, its value
+and the problem, and that one setting keeps its default. Surrounding whitespace
+in a value is ignored. Other ``DEVS_*`` variables are not the policy's business.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Mapping
+from contextvars import ContextVar
+from typing import Any, Self
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from devs.domain.model import Value
 
@@ -23,8 +46,8 @@ logger = logging.getLogger("devs.policy")
 ENV_PREFIX = "DEVS_"
 
 
-class Policy(Value):
-    """Thresholds in force for a task."""
+class Thresholds(BaseModel):
+    """The policy's fields: defaults, ranges and meanings, declared once."""
 
     escalation_threshold: int = Field(
         default=3,
@@ -42,6 +65,7 @@ class Policy(Value):
         default=0.75,
         ge=0.0,
         le=1.0,
+        allow_inf_nan=False,
         description="Entropy score at or above which the task pauses for a human.",
     )
     failure_history_cap: int = Field(
@@ -51,13 +75,9 @@ class Policy(Value):
         description="Most recent failures kept in the task and its hand-off payload.",
     )
 
-    @field_validator("hitl_entropy_threshold")
-    @classmethod
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value):
-            msg = "must be a finite number"
-            raise ValueError(msg)
-        return value
+
+class Policy(Value, Thresholds):
+    """Thresholds in force for a task (stored in its ``Started`` event)."""
 
 
 def env_var(field: str) -> str:
@@ -65,28 +85,102 @@ def env_var(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"
 
 
+class EnvironSource(PydanticBaseSettingsSource):
+    """Settings variables from a mapping (default: ``os.environ``).
+
+    Looks up exactly ``<env_prefix><FIELD>`` with the mapping's ``get``, so
+    eventsourcing's ``Environment`` (which :class:`RecoveryService` passes) first
+    tries its application-prefixed name, as for its own settings. Other
+    variables are never read.
+    """
+
+    def __init__(
+        self, settings_cls: type[BaseSettings], environ: Mapping[str, str] | None
+    ) -> None:
+        super().__init__(settings_cls)
+        self.environ: Mapping[str, str] = os.environ if environ is None else environ
+        self.prefix = str(self.config.get("env_prefix") or "")
+
+    def get_field_value(
+        self, field: FieldInfo, field_name: str
+    ) -> tuple[Any, str, bool]:
+        return self.environ.get(f"{self.prefix}{field_name.upper()}"), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for name, field in self.settings_cls.model_fields.items():
+            value, key, _ = self.get_field_value(field, name)
+            if value is not None:
+                found[key] = value
+        return found
+
+
+# The mapping PolicySettings.from_environ() is reading; settings_customise_sources
+# (a classmethod, called from __init__) has no other way to receive it.
+_environ: ContextVar[Mapping[str, str] | None] = ContextVar("environ", default=None)
+
+
+class PolicySettings(BaseSettings, Thresholds):
+    """The policy as the environment sets it.
+
+    ``PolicySettings()`` reads ``os.environ``;
+    ``PolicySettings.from_environ(mapping)`` reads the mapping instead.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, case_sensitive=True, frozen=True
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment only: no .env or secrets files, and a Policy built in
+        # code is a Policy(...), not settings.
+        return (EnvironSource(settings_cls, _environ.get()),)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Self:
+        """The settings from ``environ`` (default: ``os.environ``)."""
+        token = _environ.set(environ)
+        try:
+            return cls()
+        finally:
+            _environ.reset(token)
+
+    @field_validator("*", mode="wrap")
+    @classmethod
+    def _default_if_invalid(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        """An invalid variable: one warning, and that setting keeps its default."""
+        try:
+            return handler(value.strip() if isinstance(value, str) else value)
+        except ValidationError as error:
+            assert info.field_name is not None
+            default = cls.model_fields[info.field_name].default
+            logger.warning(
+                "ignoring %s=%r (%s); using the default %r",
+                env_var(info.field_name),
+                value,
+                error.errors()[0]["msg"],
+                default,
+            )
+            return default
+
+    def policy(self) -> Policy:
+        """These thresholds as the value a task records."""
+        return Policy.model_validate(self.model_dump())
+
+
 def load_policy(environ: Mapping[str, str] | None = None) -> Policy:
-    """Build the policy from ``environ`` (default: ``os.environ``).
+    """The policy from ``environ`` (default: ``os.environ``).
 
     Each invalid variable is reported with a warning and replaced by its default.
     """
-    env = os.environ if environ is None else environ
-    overrides: dict[str, str] = {}
-    for name, field in Policy.model_fields.items():
-        raw = env.get(env_var(name))
-        if raw is None:
-            continue
-        value = raw.strip()
-        try:
-            Policy.model_validate({name: value})
-        except ValidationError as error:
-            logger.warning(
-                "ignoring %s=%r (%s); using the default %r",
-                env_var(name),
-                raw,
-                error.errors()[0]["msg"],
-                field.default,
-            )
-            continue
-        overrides[name] = value
-    return Policy.model_validate(overrides)
+    return PolicySettings.from_environ(environ).policy()

@@ -63,6 +63,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 def redact(text: str) -> str:
     """Return ``text`` with every secret-looking substring replaced."""
+    if not text:
+        return text
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text

@@ -7,7 +7,7 @@ all its prerequisites are completed or skipped and it has not been started.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from graphlib import CycleError, TopologicalSorter
 from types import MappingProxyType
@@ -59,9 +59,15 @@ class RunSnapshotState(SnapshotState):
 
 
 class Run(Aggregate):
-    """An orchestration run over a DAG of tasks."""
+    """An orchestration run over a DAG of tasks.
+
+    Readiness is kept incrementally (``waiting`` counts each node's unsettled
+    prerequisites, ``ready`` holds the nodes it released), so starting or
+    settling a node costs time in its own edges, not in the size of the run.
+    """
 
     TOPIC: ClassVar[str] = "devs:Run"
+    DERIVED = ("position", "dependents", "waiting", "ready", "started_set")
 
     class Snapshot(AggregateSnapshot):
         TOPIC: ClassVar[str] = "devs:Run.Snapshot"
@@ -99,9 +105,9 @@ class Run(Aggregate):
         return f"run:{run_id}"
 
     @classmethod
-    def start(cls, run_id: str, dag: Mapping[str, tuple[str, ...]]) -> Run:
-        order = topological_order(dag)
-        return cls(run_id=run_id, dag=dict(dag), order=order)
+    def start(cls, run_id: str, dag: Mapping[str, Sequence[str]]) -> Run:
+        graph = {node: tuple(prerequisites) for node, prerequisites in dag.items()}
+        return cls(run_id=run_id, dag=graph, order=topological_order(graph))
 
     @event(Started)
     def __init__(
@@ -114,6 +120,23 @@ class Run(Aggregate):
         self.started: list[str] = []
         self.settled: dict[str, NodeOutcome] = {}
         self.paused_by: list[str] = []
+        self.derive()
+
+    def derive(self) -> None:
+        self.position = {node: index for index, node in enumerate(self.order)}
+        dependents: dict[str, list[str]] = {node: [] for node in self.graph}
+        for node, prerequisites in self.graph.items():
+            for prerequisite in prerequisites:
+                dependents[prerequisite].append(node)
+        self.dependents = dependents
+        self.started_set = set(self.started)
+        self.waiting = {
+            node: sum(p not in self.settled for p in prerequisites)
+            for node, prerequisites in self.graph.items()
+        }
+        self.ready: dict[str, None] = {
+            node: None for node in self.order if self._releasable(node)
+        }
 
     # ----------------------------------------------------------------- queries
 
@@ -122,22 +145,21 @@ class Run(Aggregate):
         """Read-only adjacency: node -> prerequisites."""
         return MappingProxyType(self.graph)
 
-    def prerequisites(self, node: str) -> tuple[str, ...]:
-        return self.graph[node]
-
-    def is_ready(self, node: str) -> bool:
-        return (
-            node not in self.started
-            and node not in self.settled
-            and all(p in self.settled for p in self.graph[node])
-        )
-
     def ready_nodes(self) -> tuple[str, ...]:
-        return tuple(node for node in self.order if self.is_ready(node))
+        """Nodes whose prerequisites are settled and that were not started."""
+        return tuple(sorted(self.ready, key=self.position.__getitem__))
 
     def next_node(self) -> str | None:
-        ready = self.ready_nodes()
-        return ready[0] if ready else None
+        if not self.ready:
+            return None
+        return min(self.ready, key=self.position.__getitem__)
+
+    def _releasable(self, node: str) -> bool:
+        return (
+            self.waiting[node] == 0
+            and node not in self.started_set
+            and node not in self.settled
+        )
 
     # ---------------------------------------------------------------- commands
 
@@ -148,8 +170,8 @@ class Run(Aggregate):
         if self.status is not RunStatus.RUNNING:
             msg = f"run {self.run_id!r} is {self.status}; no task can start in it"
             raise IllegalTransition(msg, state=self.status)
-        waiting = [p for p in self.graph[node] if p not in self.settled]
-        if waiting:
+        if self.waiting[node]:
+            waiting = [p for p in self.graph[node] if p not in self.settled]
             msg = (
                 f"task {node!r} is not ready in run {self.run_id!r}: waiting for "
                 f"{', '.join(repr(w) for w in waiting)}"
@@ -178,10 +200,17 @@ class Run(Aggregate):
     @event(NodeStarted)
     def _start_node(self, node: str) -> None:
         self.started.append(node)
+        self.started_set.add(node)
+        self.ready.pop(node, None)
 
     @event(NodeSettled)
     def _settle(self, node: str, outcome: NodeOutcome) -> None:
         self.settled[node] = outcome
+        self.ready.pop(node, None)
+        for dependent in self.dependents[node]:
+            self.waiting[dependent] -= 1
+            if self._releasable(dependent):
+                self.ready[dependent] = None
 
     @event(Paused)
     def _pause(self, task_id: str, reason: str) -> None:

@@ -8,11 +8,12 @@ from devs.domain.decisions import (
     GateDecision,
     Outcome,
 )
+from devs.domain.names import HAND_OFF_REQUIRED, SessionReason
 
 _STOP_REASONS = {
-    Outcome.PAUSE: "blacklisted_strategy",
-    Outcome.ESCALATE: "max_retries",
-    Outcome.HAND_OFF: "hand_off_required",
+    Outcome.PAUSE: SessionReason.BLACKLISTED_STRATEGY,
+    Outcome.ESCALATE: SessionReason.MAX_RETRIES,
+    Outcome.HAND_OFF: HAND_OFF_REQUIRED,
 }
 
 
@@ -37,7 +38,9 @@ def suspend_if_stopped(
     """Raise :class:`GraphSuspended` when ``decision`` stops the agent."""
     if isinstance(decision, EntropyDecision):
         if decision.triggered:
-            raise GraphSuspended(decision.task_id, decision.session_id, "entropy_limit")
+            raise GraphSuspended(
+                decision.task_id, decision.session_id, SessionReason.ENTROPY_LIMIT
+            )
         return
     reason = _STOP_REASONS.get(decision.outcome) if decision.outcome else None
     if reason is not None:

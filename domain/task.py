@@ -8,15 +8,14 @@ rules against the state chart and raises before anything changes, and a private
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 from uuid import uuid4
 
 from eventsourcing.domain import datetime_now_with_tzinfo, event
 from eventsourcing.utils import register_topic
 
 from devs.domain import blacklist
-from devs.domain.chart import FINISHED, TaskState, Trigger, destination
+from devs.domain.chart import TaskState, Trigger, destination
 from devs.domain.errors import IllegalTransition, InvalidInput
 from devs.domain.gate import GateResult
 from devs.domain.model import (
@@ -26,6 +25,7 @@ from devs.domain.model import (
     SnapshotState,
     Value,
 )
+from devs.domain.names import Resolution, SessionReason
 from devs.domain.policy import Policy
 from devs.domain.redaction import error_hash, excerpt, redact
 
@@ -33,22 +33,6 @@ MAX_LESSONS_PER_TASK = 1_000
 ERROR_MESSAGE_LIMIT = 2_000
 OUTPUT_EXCERPT_LIMIT = 2_000
 BLACKLISTED_STRATEGY = "BLACKLISTED_STRATEGY"
-
-
-class SessionReason(StrEnum):
-    """Why a human was asked."""
-
-    MAX_RETRIES = "max_retries"
-    BLACKLISTED_STRATEGY = "blacklisted_strategy"
-    ENTROPY_LIMIT = "entropy_limit"
-
-
-class Resolution(StrEnum):
-    """How a human resolves a hand-off."""
-
-    RETURN = "return"
-    COMPLETE = "complete"
-    SKIP = "skip"
 
 
 class FailureRecord(Value):
@@ -114,6 +98,23 @@ class TaskSnapshotState(SnapshotState):
     claimed_by: str | None
 
 
+class TaskEvent(Aggregate.Event):
+    """A task event: the chart trigger it fires decides the state after it.
+
+    This is the one place where events map to triggers: ``apply`` (replay) and
+    the read models (``state_after``) both go through ``trigger``.
+    """
+
+    trigger: ClassVar[Trigger]
+
+    def state_after(self, state: str) -> TaskState:
+        """The task's state after this event, from ``state`` before it."""
+        return destination(self.trigger, state)
+
+    def apply(self, aggregate: Any) -> None:
+        aggregate.state = self.state_after(aggregate.state)
+
+
 class Task(Aggregate):
     """An agent's task as the referee sees it."""
 
@@ -131,85 +132,105 @@ class Task(Aggregate):
         last_commit: str | None
         policy: Policy
 
-    class AttemptBegan(Aggregate.Event):
+        def state_after(self, state: str) -> TaskState:
+            """Every task starts RUNNING."""
+            return TaskState.RUNNING
+
+    class AttemptBegan(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.AttemptBegan"
+        trigger = Trigger.ATTEMPT
         strategy: str
 
-    class BlacklistedStrategyAttempted(Aggregate.Event):
+    class BlacklistedStrategyAttempted(TaskEvent):
         """``task:blacklisted_strategy_attempted``: blocked before any LLM call."""
 
         TOPIC: ClassVar[str] = "devs:Task.BlacklistedStrategyAttempted"
+        trigger = Trigger.BLOCK_ATTEMPT
         failure: FailureRecord
         matched_strategy: str
         consecutive_failures: int
 
-    class GatePassed(Aggregate.Event):
+    class GatePassed(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.GatePassed"
+        trigger = Trigger.PASS_GATE
         gate: str | None
         strategy: str | None
 
-    class GateFailed(Aggregate.Event):
+    class GateFailed(TaskEvent):
         """``GATE_FAILED``: the gate's name, reason, exit code and the new count."""
 
         TOPIC: ClassVar[str] = "devs:Task.GateFailed"
+        trigger = Trigger.FAIL_GATE
         failure: FailureRecord
         consecutive_failures: int
 
-    class Escalated(Aggregate.Event):
+    class Escalated(TaskEvent):
         """``ESCALATION_TRIGGERED``: a human is asked (``USER_ESCALATION``)."""
 
         TOPIC: ClassVar[str] = "devs:Task.Escalated"
+        trigger = Trigger.ESCALATE
         session: HumanSession
         report: FailureAnalysisReport
 
-    class HandedOff(Aggregate.Event):
+    class HandedOff(TaskEvent):
         """``hand_off_required``: the task goes to the human queue."""
 
         TOPIC: ClassVar[str] = "devs:Task.HandedOff"
+        trigger = Trigger.HAND_OFF
         payload: HandoffPayload
 
-    class Paused(Aggregate.Event):
+    class Paused(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.Paused"
+        trigger = Trigger.PAUSE
         session: HumanSession
 
-    class EntropyMeasured(Aggregate.Event):
+    class EntropyMeasured(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.EntropyMeasured"
+        trigger = Trigger.MEASURE_ENTROPY
         score: float
         threshold: float
 
-    class LessonLogged(Aggregate.Event):
+    class LessonLogged(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.LessonLogged"
+        trigger = Trigger.LOG_LESSON
         strategy: str
         rca_summary: str
 
-    class Resumed(Aggregate.Event):
+    class Resumed(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.Resumed"
+        trigger = Trigger.RESUME
         actor: str
         reason: str
         session_id: str | None
 
-    class Rewound(Aggregate.Event):
+    class Rewound(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.Rewound"
+        trigger = Trigger.REWIND
         actor: str
         reason: str
         to_commit: str | None
         session_id: str | None
 
-    class Skipped(Aggregate.Event):
+    class Skipped(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.Skipped"
+        trigger = Trigger.SKIP
         actor: str
         reason: str
         session_id: str | None
 
-    class HandoffClaimed(Aggregate.Event):
+    class HandoffClaimed(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.HandoffClaimed"
+        trigger = Trigger.CLAIM
         actor: str
 
-    class HandoffResolved(Aggregate.Event):
+    class HandoffResolved(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.HandoffResolved"
         actor: str
         reason: str
         resolution: Resolution
+
+        def state_after(self, state: str) -> TaskState:
+            return destination(RESOLUTION_TRIGGERS[self.resolution], state)
 
     @staticmethod
     def create_id(task_id: str) -> str:
@@ -240,10 +261,6 @@ class Task(Aggregate):
         self.claimed_by: str | None = None
 
     # ----------------------------------------------------------------- derived
-
-    @property
-    def is_finished(self) -> bool:
-        return self.state in FINISHED
 
     @property
     def pending_session_id(self) -> str | None:
@@ -366,7 +383,8 @@ class Task(Aggregate):
         self._pause(session=session)
         return session
 
-    def log_lesson(self, strategy: str, rca_summary: str) -> None:
+    def log_lesson(self, strategy: str, rca_summary: str) -> Task.LessonLogged:
+        """Record a lesson; the same strategy again replaces the summary."""
         destination(Trigger.LOG_LESSON, self.state)
         clean = redact(strategy)
         if clean not in self.lessons and len(self.lessons) >= MAX_LESSONS_PER_TASK:
@@ -376,27 +394,35 @@ class Task(Aggregate):
             )
             raise InvalidInput(msg)
         self._log_lesson(strategy=clean, rca_summary=redact(rca_summary))
+        logged = self.pending_events[-1]
+        assert isinstance(logged, Task.LessonLogged)
+        return logged
 
-    def resume(self, *, actor: str, reason: str) -> None:
+    def resume(self, *, actor: str, reason: str) -> str | None:
+        """Let the agent go on; returns the human session this answers."""
         destination(Trigger.RESUME, self.state)
-        self._resume(
-            actor=actor, reason=redact(reason), session_id=self.pending_session_id
-        )
+        session_id = self.pending_session_id
+        self._resume(actor=actor, reason=redact(reason), session_id=session_id)
+        return session_id
 
-    def rewind(self, *, actor: str, reason: str, to_commit: str | None) -> None:
+    def rewind(self, *, actor: str, reason: str, to_commit: str | None) -> str | None:
+        """Back to work from a commit; returns the human session this answers."""
         destination(Trigger.REWIND, self.state)
+        session_id = self.pending_session_id
         self._rewind(
             actor=actor,
             reason=redact(reason),
             to_commit=to_commit if to_commit is not None else self.starting_commit,
-            session_id=self.pending_session_id,
+            session_id=session_id,
         )
+        return session_id
 
-    def skip(self, *, actor: str, reason: str) -> None:
+    def skip(self, *, actor: str, reason: str) -> str | None:
+        """Skip the task; returns the human session this answers."""
         destination(Trigger.SKIP, self.state)
-        self._skip(
-            actor=actor, reason=redact(reason), session_id=self.pending_session_id
-        )
+        session_id = self.pending_session_id
+        self._skip(actor=actor, reason=redact(reason), session_id=session_id)
+        return session_id
 
     def claim_handoff(self, *, actor: str) -> None:
         destination(Trigger.CLAIM, self.state)
@@ -411,7 +437,7 @@ class Task(Aggregate):
     def resolve_handoff(
         self, *, actor: str, resolution: Resolution, reason: str
     ) -> None:
-        destination(_RESOLUTION_TRIGGERS[resolution], self.state)
+        destination(RESOLUTION_TRIGGERS[resolution], self.state)
         if self.claimed_by is None:
             msg = (
                 f"the hand-off of task {self.task_id!r} is not claimed; "
@@ -459,64 +485,54 @@ class Task(Aggregate):
 
     @event(AttemptBegan)
     def _begin_attempt(self, strategy: str) -> None:
-        self.state = destination(Trigger.ATTEMPT, self.state)
         self.current_strategy = strategy
 
     @event(BlacklistedStrategyAttempted)
     def _block_attempt(
         self, failure: FailureRecord, matched_strategy: str, consecutive_failures: int
     ) -> None:
-        self.state = destination(Trigger.BLOCK_ATTEMPT, self.state)
         self._record_failure(failure, consecutive_failures)
 
     @event(GatePassed)
     def _pass_gate(self, gate: str | None, strategy: str | None) -> None:
-        self.state = destination(Trigger.PASS_GATE, self.state)
         self.consecutive_failures = 0
         self.failures = []
         self.current_strategy = None
 
     @event(GateFailed)
     def _fail_gate(self, failure: FailureRecord, consecutive_failures: int) -> None:
-        self.state = destination(Trigger.FAIL_GATE, self.state)
         self._record_failure(failure, consecutive_failures)
 
     @event(Escalated)
     def _escalate(self, session: HumanSession, report: FailureAnalysisReport) -> None:
-        self.state = destination(Trigger.ESCALATE, self.state)
         self.pending_session = session
 
     @event(HandedOff)
     def _hand_off(self, payload: HandoffPayload) -> None:
-        self.state = destination(Trigger.HAND_OFF, self.state)
         self.handoff = payload
         self.claimed_by = None
 
     @event(Paused)
     def _pause(self, session: HumanSession) -> None:
-        self.state = destination(Trigger.PAUSE, self.state)
         self.pending_session = session
 
     @event(EntropyMeasured)
     def _measure_entropy(self, score: float, threshold: float) -> None:
-        self.state = destination(Trigger.MEASURE_ENTROPY, self.state)
+        """A score below the threshold is recorded; nothing else changes."""
 
     @event(LessonLogged)
     def _log_lesson(self, strategy: str, rca_summary: str) -> None:
-        self.state = destination(Trigger.LOG_LESSON, self.state)
         if strategy not in self.lessons:
             self.lessons.append(strategy)
 
     @event(Resumed)
     def _resume(self, actor: str, reason: str, session_id: str | None) -> None:
-        self.state = destination(Trigger.RESUME, self.state)
         self.pending_session = None
 
     @event(Rewound)
     def _rewind(
         self, actor: str, reason: str, to_commit: str | None, session_id: str | None
     ) -> None:
-        self.state = destination(Trigger.REWIND, self.state)
         self.pending_session = None
         self.handoff = None
         self.claimed_by = None
@@ -526,61 +542,25 @@ class Task(Aggregate):
 
     @event(Skipped)
     def _skip(self, actor: str, reason: str, session_id: str | None) -> None:
-        self.state = destination(Trigger.SKIP, self.state)
         self.pending_session = None
         self.handoff = None
         self.claimed_by = None
 
     @event(HandoffClaimed)
     def _claim(self, actor: str) -> None:
-        self.state = destination(Trigger.CLAIM, self.state)
         self.claimed_by = actor
 
     @event(HandoffResolved)
     def _resolve(self, actor: str, reason: str, resolution: Resolution) -> None:
-        self.state = destination(_RESOLUTION_TRIGGERS[resolution], self.state)
         self.handoff = None
         self.claimed_by = None
 
 
-_RESOLUTION_TRIGGERS = {
+RESOLUTION_TRIGGERS = {
     Resolution.RETURN: Trigger.RETURN_TO_AGENT,
     Resolution.COMPLETE: Trigger.COMPLETE_BY_HUMAN,
     Resolution.SKIP: Trigger.SKIP_BY_HUMAN,
 }
-
-
-_EVENT_TRIGGERS: dict[type[Aggregate.Event], Trigger] = {
-    Task.AttemptBegan: Trigger.ATTEMPT,
-    Task.BlacklistedStrategyAttempted: Trigger.BLOCK_ATTEMPT,
-    Task.GatePassed: Trigger.PASS_GATE,
-    Task.GateFailed: Trigger.FAIL_GATE,
-    Task.Escalated: Trigger.ESCALATE,
-    Task.HandedOff: Trigger.HAND_OFF,
-    Task.Paused: Trigger.PAUSE,
-    Task.EntropyMeasured: Trigger.MEASURE_ENTROPY,
-    Task.LessonLogged: Trigger.LOG_LESSON,
-    Task.Resumed: Trigger.RESUME,
-    Task.Rewound: Trigger.REWIND,
-    Task.Skipped: Trigger.SKIP,
-    Task.HandoffClaimed: Trigger.CLAIM,
-}
-
-
-def state_after(domain_event: Aggregate.Event, state: str) -> TaskState:
-    """The state a task is in after ``domain_event``, from ``state`` before it.
-
-    Read models fold events with this, through the same chart the aggregate uses.
-    """
-    if isinstance(domain_event, Task.Started):
-        return TaskState.RUNNING
-    if isinstance(domain_event, Task.HandoffResolved):
-        return destination(_RESOLUTION_TRIGGERS[domain_event.resolution], state)
-    for event_class, trigger in _EVENT_TRIGGERS.items():
-        if isinstance(domain_event, event_class):
-            return destination(trigger, state)
-    msg = f"not a task event: {type(domain_event).__name__}"
-    raise TypeError(msg)
 
 
 def task_id_of(originator_id: str) -> str:

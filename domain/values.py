@@ -1,16 +1,88 @@
 """Input validation for everything a caller hands the service.
 
-Each check names the argument and says what was wrong, and raises
-:class:`~devs.domain.errors.InvalidInput` before any aggregate is touched.
+Each kind of argument is an ``Annotated`` type: pydantic's own constraints
+(``StringConstraints``, ``Field(ge=, le=, allow_inf_nan=, strict=)``) plus a small
+``AfterValidator`` where pydantic has no constraint (blank text, control
+characters, surrounding whitespace, duplicate prerequisites). :func:`validated`
+checks a function's arguments against these types with ``pydantic.validate_call``
+before the body runs, and turns pydantic's first error into
+:class:`~devs.domain.errors.InvalidInput` with a message that names the argument
+and says what was wrong, e.g. ``task_id must not be empty``.
+
+The words come from a :class:`Wording` in each type's metadata (pydantic ignores
+it): pydantic error type -> message. A parameter whose type carries no wording
+gets ``"<name> is invalid: <pydantic's message>"``.
+
+Strings are strict (``bytes`` and numbers are refused, not converted). A string
+with a lone surrogate (``"\\ud800"``) cannot be stored as UTF-8 and is refused:
+``"<name> must be valid Unicode text (no lone surrogates)"``.
+
+Enumerated values (``resolution``, ``state``) are plain ``str`` parameters checked
+in the body with :func:`choice`: it accepts exactly the listed strings (or the
+``StrEnum`` members equal to them) and words the refusal
+``"resolution must be one of return, complete, skip; got 'x'"``.
+
+Cycles and unknown prerequisites in a DAG are the run's business
+(:mod:`devs.domain.run`); :data:`Dag` checks only its shape.
 """
 
 from __future__ import annotations
 
-import math
+import functools
+import inspect
 import re
-from collections.abc import Mapping, Sequence
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    validate_call,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from devs.domain.errors import InvalidInput
+
+__all__ = [
+    "DAG_MAX_NODES",
+    "ERROR_MAX",
+    "EXIT_CODE_MAX",
+    "EXIT_CODE_MIN",
+    "ID_MAX",
+    "LIMIT_MAX",
+    "NAME_MAX",
+    "OUTPUT_MAX",
+    "REASON_MAX",
+    "STRATEGY_MAX",
+    "SUMMARY_MAX",
+    "Actor",
+    "AgentName",
+    "CommitId",
+    "Dag",
+    "EntropyScore",
+    "ErrorText",
+    "ExitCode",
+    "GateName",
+    "Limit",
+    "NodeId",
+    "OutputText",
+    "Position",
+    "RcaSummary",
+    "Reason",
+    "RunId",
+    "Strategy",
+    "TaskId",
+    "Version",
+    "Wording",
+    "choice",
+    "validated",
+]
 
 ID_MAX = 200
 NAME_MAX = 200
@@ -22,118 +94,416 @@ OUTPUT_MAX = 10_000_000
 DAG_MAX_NODES = 10_000
 EXIT_CODE_MIN = -(2**31)
 EXIT_CODE_MAX = 2**32 - 1
+LIMIT_MAX = 10_000
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Loc = tuple[int | str, ...]
+"""Where an error sits inside one argument (empty: the argument itself)."""
+
+# A character class: one linear scan, no backtracking. Only ever run on strings
+# already known to be at most ID_MAX / NAME_MAX characters long.
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _describe(value: object) -> str:
-    text = repr(value)
+    """``repr(value)``, cut to 60 characters; never raises."""
+    try:
+        text = repr(value)
+    except Exception:  # e.g. an int over sys.get_int_max_str_digits() digits
+        text = f"<{type(value).__name__} too large to show>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def text(
-    name: str,
-    value: object,
-    *,
-    max_len: int,
-    allow_empty: bool = False,
-    allow_newlines: bool = True,
-) -> str:
-    """A string argument: the right type, not blank, not too long, no NULs."""
-    if not isinstance(value, str):
-        msg = f"{name} must be a string, got {type(value).__name__} {_describe(value)}"
-        raise InvalidInput(msg)
-    if not allow_empty and not value.strip():
-        msg = f"{name} must not be empty"
-        raise InvalidInput(msg)
-    if len(value) > max_len:
-        msg = f"{name} is {len(value):,} characters long; the limit is {max_len:,}"
-        raise InvalidInput(msg)
-    forbidden = "\x00" in value if allow_newlines else _CONTROL_CHARS.search(value)
-    if forbidden:
-        msg = f"{name} must not contain control characters"
-        raise InvalidInput(msg)
+def _got(value: object) -> str:
+    return f"{type(value).__name__} {_describe(value)}"
+
+
+# ============================================================== the rules
+#
+# Each raises a PydanticCustomError whose message completes "<name> ...".
+
+_OWN_ERRORS = frozenset({"blank", "control_characters", "surrounding_whitespace"})
+
+
+def _not_blank(value: str) -> str:
+    # Empty strings never get here (min_length=1); isspace() stops at the first
+    # non-space character, so ordinary text costs next to nothing.
+    if value.isspace():
+        raise PydanticCustomError("blank", "must not be empty")
     return value
 
 
-def identifier(name: str, value: object) -> str:
-    """A task, run, session or commit id: one line of at most 200 characters."""
-    checked = text(name, value, max_len=ID_MAX, allow_newlines=False)
-    if checked != checked.strip():
-        msg = f"{name} must not start or end with whitespace: {_describe(checked)}"
-        raise InvalidInput(msg)
-    return checked
-
-
-def optional_identifier(name: str, value: object) -> str | None:
-    return None if value is None else identifier(name, value)
-
-
-def exit_code(value: object) -> int | None:
-    """An integer exit code, or ``None`` for a killed or timed-out process."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = (
-            f"exit_code must be an integer or None, got "
-            f"{type(value).__name__} {_describe(value)}"
+def _one_line(value: str) -> str:
+    if _CONTROL_CHARS.search(value):
+        raise PydanticCustomError(
+            "control_characters", "must not contain control characters"
         )
-        raise InvalidInput(msg)
-    if not EXIT_CODE_MIN <= value <= EXIT_CODE_MAX:
-        msg = f"exit_code {value} is out of range [{EXIT_CODE_MIN}, {EXIT_CODE_MAX}]"
-        raise InvalidInput(msg)
     return value
 
 
-def entropy_score(value: object) -> float:
-    """A finite number in [0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        msg = f"score must be a number, got {type(value).__name__} {_describe(value)}"
-        raise InvalidInput(msg)
-    score = float(value)
-    if not math.isfinite(score):
-        msg = f"score must be a finite number in [0, 1], got {score}"
-        raise InvalidInput(msg)
-    if not 0.0 <= score <= 1.0:
-        msg = f"score {score} is out of range [0, 1]"
-        raise InvalidInput(msg)
-    return score
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise PydanticCustomError(
+            "control_characters", "must not contain control characters"
+        )
+    return value
 
 
-def dag(value: object) -> dict[str, tuple[str, ...]]:
-    """A mapping of node id to its prerequisites' ids (shape only; see run.py)."""
-    if not isinstance(value, Mapping):
-        msg = (
-            "dag must be a mapping of node to prerequisites, "
+def _trimmed(value: str) -> str:
+    # Non-empty here (min_length=1); same test as value != value.strip().
+    if value[0].isspace() or value[-1].isspace():
+        raise PydanticCustomError(
+            "surrounding_whitespace",
+            "must not start or end with whitespace: {value}",
+            {"value": _describe(value)},
+        )
+    return value
+
+
+def _distinct_prerequisites(
+    graph: Mapping[str, Sequence[str]],
+) -> dict[str, tuple[str, ...]]:
+    return {node: tuple(dict.fromkeys(prereqs)) for node, prereqs in graph.items()}
+
+
+# ============================================================ the wording
+
+
+@dataclass(frozen=True, slots=True)
+class Wording:
+    """How :class:`InvalidInput` words a refused argument of an ``Annotated`` type.
+
+    ``explain(name, error, loc)`` gets the parameter's name, pydantic's first
+    error and where that error sits inside the argument, and returns the message.
+    """
+
+    explain: Callable[[str, ErrorDetails, Loc], str]
+
+
+def _generic(name: str, error: ErrorDetails, loc: Loc) -> str:
+    return f"{name} is invalid: {error['msg']}"
+
+
+def _text(name: str, error: ErrorDetails, loc: Loc) -> str:
+    kind, value = error["type"], error["input"]
+    if kind in _OWN_ERRORS:
+        return f"{name} {error['msg']}"
+    if kind == "string_type":
+        return f"{name} must be a string, got {_got(value)}"
+    if kind == "string_unicode":
+        return f"{name} must be valid Unicode text (no lone surrogates)"
+    if kind == "string_too_short":
+        return f"{name} must not be empty"
+    if kind == "string_too_long":
+        limit = error.get("ctx", {})["max_length"]
+        return f"{name} is {len(value):,} characters long; the limit is {limit:,}"
+    return _generic(name, error, loc)
+
+
+def _exit_code(name: str, error: ErrorDetails, loc: Loc) -> str:
+    value = error["input"]
+    if error["type"] == "int_type":
+        return f"{name} must be an integer or None, got {_got(value)}"
+    return (
+        f"{name} {_describe(value)} is out of range [{EXIT_CODE_MIN}, {EXIT_CODE_MAX}]"
+    )
+
+
+def _score(name: str, error: ErrorDetails, loc: Loc) -> str:
+    kind, value = error["type"], error["input"]
+    if kind == "finite_number":
+        return f"{name} must be a finite number in [0, 1], got {float(value)}"
+    if kind == "float_type":
+        if isinstance(value, int) and not isinstance(value, bool):
+            # An int too large for a float: a number, just far out of range.
+            return f"{name} {_describe(value)} is out of range [0, 1]"
+        return f"{name} must be a number, got {_got(value)}"
+    return f"{name} {float(value)} is out of range [0, 1]"
+
+
+def _version(name: str, error: ErrorDetails, loc: Loc) -> str:
+    return f"{name} must be an integer, got {type(error['input']).__name__}"
+
+
+def _position(name: str, error: ErrorDetails, loc: Loc) -> str:
+    return f"{name} must be a non-negative integer, got {_describe(error['input'])}"
+
+
+def _limit(name: str, error: ErrorDetails, loc: Loc) -> str:
+    return (
+        f"{name} must be an integer in [1, {LIMIT_MAX}], "
+        f"got {_describe(error['input'])}"
+    )
+
+
+def _dag(name: str, error: ErrorDetails, loc: Loc) -> str:
+    kind, value = error["type"], error["input"]
+    if not loc:  # the mapping itself
+        if kind == "dict_type":
+            return (
+                f"{name} must be a mapping of node to prerequisites, "
+                f"got {type(value).__name__}"
+            )
+        if kind == "too_short":
+            return f"{name} must have at least one node"
+        if kind == "too_long":
+            return f"{name} has {len(value):,} nodes; the limit is {DAG_MAX_NODES:,}"
+        return _generic(name, error, loc)
+    node = loc[0]
+    if len(loc) == 1:  # a node's prerequisites are not a sequence of ids
+        return (
+            f"prerequisites of {name} node {node!r} must be a list of node ids, "
             f"got {type(value).__name__}"
         )
-        raise InvalidInput(msg)
-    if not value:
-        msg = "dag must have at least one node"
-        raise InvalidInput(msg)
-    if len(value) > DAG_MAX_NODES:
-        msg = f"dag has {len(value):,} nodes; the limit is {DAG_MAX_NODES:,}"
-        raise InvalidInput(msg)
-    checked: dict[str, tuple[str, ...]] = {}
-    for node, prerequisites in value.items():
-        node_id = identifier("dag node", node)
-        if isinstance(prerequisites, str) or not isinstance(prerequisites, Sequence):
-            msg = (
-                f"prerequisites of dag node {node_id!r} must be a list of node ids, "
-                f"got {type(prerequisites).__name__}"
-            )
-            raise InvalidInput(msg)
-        prereqs: list[str] = []
-        for prerequisite in prerequisites:
-            prereq_id = identifier(f"prerequisite of {node_id!r}", prerequisite)
-            if prereq_id not in prereqs:
-                prereqs.append(prereq_id)
-        checked[node_id] = tuple(prereqs)
-    return checked
+    if loc[1] == "[key]":
+        return _text(f"{name} node", error, ())
+    return _text(f"prerequisite of {node!r}", error, ())
+
+
+_TEXT = Wording(_text)
+
+# ============================================================= the types
+
+
+TaskId = Annotated[
+    str,
+    StringConstraints(strict=True, min_length=1, max_length=ID_MAX),
+    AfterValidator(_not_blank),
+    AfterValidator(_one_line),
+    AfterValidator(_trimmed),
+    _TEXT,
+]
+"""A task, run, commit or node id, or an actor: 1-200 characters, one line, not
+blank, no surrounding whitespace."""
+RunId = TaskId
+CommitId = TaskId
+Actor = TaskId
+NodeId = TaskId
+
+AgentName = Annotated[
+    str,
+    StringConstraints(strict=True, min_length=1, max_length=NAME_MAX),
+    AfterValidator(_not_blank),
+    AfterValidator(_one_line),
+    _TEXT,
+]
+"""An agent or gate name: 1-200 characters, one line, not blank."""
+GateName = AgentName
+
+Strategy = Annotated[
+    str,
+    StringConstraints(strict=True, min_length=1, max_length=STRATEGY_MAX),
+    AfterValidator(_not_blank),
+    AfterValidator(_no_nul),
+    _TEXT,
+]
+"""A strategy (also a failed strategy or a candidate): 1-4,000 characters."""
+
+RcaSummary = Annotated[
+    str,
+    StringConstraints(strict=True, min_length=1, max_length=SUMMARY_MAX),
+    AfterValidator(_not_blank),
+    AfterValidator(_no_nul),
+    _TEXT,
+]
+"""What a root-cause analysis found: 1-16,000 characters."""
+
+Reason = Annotated[
+    str,
+    StringConstraints(strict=True, min_length=1, max_length=REASON_MAX),
+    AfterValidator(_not_blank),
+    AfterValidator(_no_nul),
+    _TEXT,
+]
+"""Why a human acted: 1-4,000 characters."""
+
+ErrorText = Annotated[
+    str,
+    StringConstraints(strict=True, max_length=ERROR_MAX),
+    AfterValidator(_no_nul),
+    _TEXT,
+]
+"""A gate's error message: up to 100,000 characters, may be empty."""
+
+OutputText = Annotated[
+    str,
+    StringConstraints(strict=True, max_length=OUTPUT_MAX),
+    AfterValidator(_no_nul),
+    _TEXT,
+]
+"""A gate's output: up to 10,000,000 characters, may be empty.
+
+Linear time: pydantic-core counts the characters on the string's UTF-8 form
+(which CPython then keeps on the string). 10,000,000 ASCII characters take about
+2 ms; as many 4-byte characters (emoji) about 70 ms, on first validation.
+"""
+
+ExitCode = (
+    Annotated[
+        int,
+        Field(strict=True, ge=EXIT_CODE_MIN, le=EXIT_CODE_MAX),
+        Wording(_exit_code),
+    ]
+    | None
+)
+"""An exit code in [-2**31, 2**32-1], or None for a killed or timed-out process."""
+
+EntropyScore = Annotated[
+    float,
+    Field(strict=True, allow_inf_nan=False, ge=0.0, le=1.0),
+    Wording(_score),
+]
+"""A finite number in [0, 1]; an int is accepted and becomes a float."""
+
+Version = Annotated[int, Field(strict=True), Wording(_version)]
+"""An event number (its range depends on the task, so is checked there)."""
+
+Position = Annotated[int, Field(strict=True, ge=0), Wording(_position)]
+"""A position in the notification log (``after=``): a non-negative int."""
+
+Limit = Annotated[int, Field(strict=True, ge=1, le=LIMIT_MAX), Wording(_limit)]
+"""How many items to return: an int in [1, 10,000]."""
+
+Dag = Annotated[
+    Mapping[NodeId, Sequence[NodeId]],
+    Field(min_length=1, max_length=DAG_MAX_NODES),
+    AfterValidator(_distinct_prerequisites),
+    Wording(_dag),
+]
+"""Node id -> its prerequisites' ids (a list or tuple, not a str), 1-10,000 nodes.
+
+Callers see the type ``Mapping[str, Sequence[str]]``; the function receives a
+``dict[str, tuple[str, ...]]`` with repeated prerequisites removed (first
+occurrence kept).
+"""
 
 
 def choice(name: str, value: object, allowed: Sequence[str]) -> str:
+    """``value`` if it is one of ``allowed``, else :class:`InvalidInput`."""
     if not isinstance(value, str) or value not in allowed:
         msg = f"{name} must be one of {', '.join(allowed)}; got {_describe(value)}"
         raise InvalidInput(msg)
     return value
+
+
+# ======================================================== the decorator
+
+# Called once, here at module level, so that pydantic resolves each decorated
+# function's annotations in that function's own module (and nowhere else).
+_check_arguments = validate_call(
+    config=ConfigDict(arbitrary_types_allowed=True), validate_return=False
+)
+
+_ARITY_ERRORS = frozenset(
+    {
+        "missing_argument",
+        "missing_positional_only_argument",
+        "missing_keyword_only_argument",
+        "multiple_argument_values",
+        "unexpected_keyword_argument",
+        "unexpected_positional_argument",
+    }
+)
+
+
+def _wording_of(annotation: object) -> Wording | None:
+    """The :class:`Wording` in ``annotation`` (or in ``annotation | None``)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(members) != 1:
+            return None
+        annotation = members[0]
+    if typing.get_origin(annotation) is Annotated:
+        for extra in reversed(annotation.__metadata__):  # type: ignore[attr-defined]
+            if isinstance(extra, Wording):
+                return extra
+    return None
+
+
+class _Refusal:
+    """Turns a ``validate_call`` error into the exception the caller sees.
+
+    Built once per decorated function; used only when an argument is refused.
+    """
+
+    def __init__(self, func: Callable[..., Any], hints: Mapping[str, object]):
+        self.qualname = func.__qualname__
+        parameters = inspect.signature(func).parameters.values()
+        self.positional = [
+            p.name
+            for p in parameters
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        self.var_positional = next(
+            (p.name for p in parameters if p.kind is p.VAR_POSITIONAL), None
+        )
+        self.wordings = {
+            name: wording
+            for name, hint in hints.items()
+            if (wording := _wording_of(hint)) is not None
+        }
+
+    def _name(self, key: int | str) -> str:
+        if isinstance(key, str):
+            return key
+        if key < len(self.positional):
+            return self.positional[key]
+        return f"{self.var_positional or 'args'}[{key - len(self.positional)}]"
+
+    def __call__(self, failure: ValidationError) -> Exception:
+        errors = failure.errors(include_url=False)
+        for error in errors:
+            if error["type"] in _ARITY_ERRORS:
+                where = error["loc"][0] if error["loc"] else ""
+                return TypeError(f"{self.qualname}() {error['msg'].lower()}: {where!r}")
+        # Pydantic checks parameters in signature order: the first error is the
+        # first bad argument.
+        error = errors[0]
+        key, *inside = error["loc"]
+        name = self._name(key)
+        wording = self.wordings.get(name.partition("[")[0])
+        explain = wording.explain if wording is not None else _generic
+        return InvalidInput(explain(name, error, tuple(inside)))
+
+
+def validated(func: Callable[P, R]) -> Callable[P, R]:
+    """Check ``func``'s arguments against their annotations before each call.
+
+    A refused argument raises :class:`InvalidInput` naming it (the first bad
+    one, in signature order) and the body does not run; a call with missing or
+    unexpected arguments raises ``TypeError``. The body receives the validated
+    values (an int :data:`EntropyScore` as a float, a :data:`Dag` as a dict of
+    tuples). The return value is not checked, and exceptions the body raises
+    (even a pydantic ``ValidationError``) pass through untouched.
+
+    Works on functions and methods (``self`` is not annotated, so not checked).
+    Annotations must resolve in the function's module. The validator is built
+    once, here; a call costs one pydantic validation of the arguments.
+    """
+
+    # pydantic validates the arguments and calls this with the validated values;
+    # ``func`` itself runs outside pydantic, so only argument errors are caught.
+    def bind(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return args, kwargs
+
+    functools.update_wrapper(bind, func)  # its signature and module are func's
+    bind.__annotations__ = {
+        name: hint
+        for name, hint in getattr(func, "__annotations__", {}).items()
+        if name != "return"  # not validated, so need not resolve
+    }
+    check = _check_arguments(bind)
+    refuse = _Refusal(func, typing.get_type_hints(bind, include_extras=True))
+    call: Callable[..., R] = func
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            args_, kwargs_ = check(*args, **kwargs)
+        except ValidationError as failure:
+            raise refuse(failure) from None
+        return call(*args_, **kwargs_)
+
+    return wrapper

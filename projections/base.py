@@ -1,114 +1,166 @@
-"""Read models: document views with tracking, and the projections that fill them.
+"""The shape every read model has: a fold over events into a tracked view.
 
-Follows eventsourcing 9.5's ``examples/ftsprojection``: an abstract view interface
-(a :class:`~eventsourcing.persistence.TrackingRecorder`), one concrete view per
-backend, and projections whose ``process_event`` is a ``singledispatchmethod`` with
-a default that still records the tracking position. Every change to a view's rows
-and its tracking position is written in one transaction, so a view can be dropped
-and rebuilt from position 0 to the same rows.
+Follows eventsourcing 9.5's ``examples/ftsprojection``: a projection's
+``process_event`` is a ``singledispatchmethod`` with one handler per event type
+and a default that only records the position; its view is a
+:class:`~eventsourcing.persistence.TrackingRecorder` whose rows and tracking
+position are written in one transaction, so a view can be dropped and rebuilt
+from position 0 to the same rows.
 
-A view holds documents (pydantic models, stored as JSON) under a key, with a few
-indexed columns for filtering (``task_id``, ``run_id``, ``state``) and ``seq`` for
-ordering.
+Each view records its position under its own tracking name,
+``"<application>/<read model>.v<schema version>"`` (eventsourcing's SQLite
+tracking table keeps one row per name): the views of one application share a
+database file without sharing a position, and bumping a read model's schema
+version makes it rebuild from the log on the next open.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from contextlib import AbstractContextManager
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar, Generic, TypeVar
 
 from eventsourcing.dispatch import singledispatchmethod
-from eventsourcing.persistence import Tracking, TrackingRecorder
+from eventsourcing.persistence import OperationalError, Tracking, TrackingRecorder
 from eventsourcing.projection import Projection
-from pydantic import BaseModel
+from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteTrackingRecorder
 
-TDoc = TypeVar("TDoc", bound=BaseModel)
-
-
-class DocumentChanges(ABC, Generic[TDoc]):
-    """Reads and writes inside one open view transaction."""
-
-    @abstractmethod
-    def get(self, key: str) -> TDoc | None:
-        """The document stored under ``key``, if any."""
-
-    @abstractmethod
-    def put(
-        self,
-        key: str,
-        doc: TDoc,
-        *,
-        task_id: str | None = None,
-        run_id: str | None = None,
-        state: str | None = None,
-        seq: int | None = None,
-    ) -> None:
-        """Insert or replace the document under ``key``."""
-
-    @abstractmethod
-    def delete(self, key: str) -> None:
-        """Remove the document under ``key`` (no error if absent)."""
+TView = TypeVar("TView", bound=TrackingRecorder)
 
 
-class DocumentView(TrackingRecorder, ABC, Generic[TDoc]):
-    """Abstract view: documents of one model type, plus a tracking position."""
+class ReadModelProjection(Projection[TView], Generic[TView]):
+    """A projection whose unhandled events only advance the view's position.
 
-    name: ClassVar[str]
-    model: ClassVar[type[BaseModel]]
-
-    @abstractmethod
-    def changes(
-        self, tracking: Tracking
-    ) -> AbstractContextManager[DocumentChanges[TDoc]]:
-        """Open (or join) a transaction that also records ``tracking``."""
-
-    @abstractmethod
-    def batch(self) -> AbstractContextManager[None]:
-        """Group the ``changes`` made inside into one transaction."""
-
-    @abstractmethod
-    def one(self, key: str) -> TDoc | None:
-        """The document under ``key``."""
-
-    @abstractmethod
-    def many(
-        self,
-        *,
-        task_id: str | None = None,
-        run_id: str | None = None,
-        state: str | None = None,
-    ) -> list[TDoc]:
-        """Documents matching every given column, ordered by ``seq`` then key."""
-
-    @abstractmethod
-    def clear(self, application_name: str) -> None:
-        """Drop every document and the tracking position, in one transaction."""
-
-    def track(self, tracking: Tracking) -> None:
-        """Record ``tracking`` with no change to the documents."""
-        with self.changes(tracking):
-            pass
-
-
-TView = TypeVar("TView", bound=DocumentView[Any])
-
-
-class DocumentProjection(Projection[TView], ABC):
-    """A projection into a :class:`DocumentView`.
-
-    Subclasses set ``process_event = tracking_dispatcher()`` and register their
-    handlers on it, so each projection has its own dispatch table.
+    Subclasses set ``process_event = folds()`` and register one handler per
+    event type on it, so each read model has its own dispatch table.
     """
 
+    view_name: ClassVar[str]
 
-def tracking_dispatcher() -> singledispatchmethod[None]:
+
+def folds() -> singledispatchmethod[None]:
     """A ``process_event`` whose default records the position and nothing else."""
 
     @singledispatchmethod
     def process_event(
-        self: DocumentProjection[Any], domain_event: Any, tracking: Tracking
+        self: ReadModelProjection[Any], domain_event: Any, tracking: Tracking
     ) -> None:
-        self.view.track(tracking)
+        self.view.insert_tracking(tracking)
 
     return process_event
+
+
+class SQLiteView(SQLiteTrackingRecorder):
+    """A read model's typed tables in the application's SQLite file.
+
+    ``changes(tracking)`` opens one write transaction (``BEGIN IMMEDIATE``, so a
+    read-then-write never fails to upgrade its lock) that also records the
+    position; inside ``batch()`` (a catch-up page) the changes of many events
+    share one transaction and the position is written once, at its end.
+    """
+
+    name: ClassVar[str]
+    schema_version: ClassVar[int]
+    tables: ClassVar[tuple[str, ...]]
+    ddl: ClassVar[tuple[str, ...]]
+
+    def __init__(self, datastore: SQLiteDatastore, *, tracking_name: str) -> None:
+        super().__init__(datastore)
+        self.tracking_name = tracking_name
+        self._local = threading.local()
+
+    @classmethod
+    def tracking_name_for(cls, application_name: str) -> str:
+        return f"{application_name}/{cls.name}.v{cls.schema_version}"
+
+    def setup(self) -> None:
+        """Create the tables; a schema never tracked here is dropped and remade.
+
+        A missing tracking row means the tables are new, or of an older shape
+        (an older database): either way the read model starts again from
+        position 0 and the catch-up rebuilds it from the log.
+        """
+        self.create_table()  # eventsourcing's tracking table
+        with self._write() as cursor:
+            fresh = self._max_tracking_id(self.tracking_name, cursor) is None
+            if fresh:
+                for table in self.tables:
+                    cursor.execute(f"DROP TABLE IF EXISTS {table}")
+            for statement in self.ddl:
+                cursor.execute(statement)
+            if fresh:
+                self._insert_tracking(cursor, Tracking(self.tracking_name, 0))
+
+    def position(self) -> int:
+        return self.max_tracking_id(self.tracking_name) or 0
+
+    # --------------------------------------------------------------- writes
+
+    @contextmanager
+    def _write(self) -> Iterator[SQLiteCursor]:
+        with self.datastore.get_connection(commit=True) as connection:
+            cursor = connection.cursor()
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                cursor.sqlite_cursor.close()
+                raise OperationalError(error) from error
+            try:
+                yield cursor
+            except BaseException:
+                connection.rollback()
+                raise
+            else:
+                connection.commit()
+            finally:
+                cursor.sqlite_cursor.close()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group the ``changes`` made inside into one transaction."""
+        with self._write() as cursor:
+            self._local.cursor = cursor
+            self._local.tracking = None
+            try:
+                yield
+                if self._local.tracking is not None:
+                    self._insert_tracking(cursor, self._local.tracking)
+            finally:
+                self._local.cursor = None
+                self._local.tracking = None
+
+    @contextmanager
+    def changes(self, tracking: Tracking) -> Iterator[SQLiteCursor]:
+        """A cursor whose writes commit together with ``tracking``."""
+        open_cursor: SQLiteCursor | None = getattr(self._local, "cursor", None)
+        if open_cursor is not None:
+            yield open_cursor
+            self._local.tracking = tracking
+            return
+        with self._write() as cursor:
+            yield cursor
+            self._insert_tracking(cursor, tracking)
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        with self.changes(tracking):
+            pass
+
+    def clear(self) -> None:
+        """Drop every row and start again from position 0, in one transaction."""
+        with self._write() as cursor:
+            for table in self.tables:
+                cursor.execute(f"DELETE FROM {table}")
+            cursor.execute(
+                "DELETE FROM tracking WHERE application_name = ?",
+                (self.tracking_name,),
+            )
+            self._insert_tracking(cursor, Tracking(self.tracking_name, 0))
+
+    # ---------------------------------------------------------------- reads
+
+    def _select(self, statement: str, params: Any = ()) -> list[Any]:
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement, params)
+            return list(cursor.fetchall())

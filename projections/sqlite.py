@@ -1,193 +1,240 @@
-"""SQLite document views.
+"""The SQLite read models, kept current by catching up in the calling process.
 
-Several views share one database file, and eventsourcing's SQLite tracking table
-holds one row per application name; so each view records its position under its
-own name, ``"<application>/<view>"``. Writes open with ``BEGIN IMMEDIATE`` so a
-read-modify-write never fails to upgrade its lock when another process writes.
+SQLite cannot be subscribed to, so before a query the read models catch up from
+the application's notification log: whatever was recorded since each view's
+tracking position is read once per page and fed to each projection inside one
+transaction per view. A query therefore sees every command that returned
+before it, in this process or another. If another process advanced a view
+first, its position wins (the tracking upsert refuses the stale page, whose
+rows roll back) and this one re-reads and goes on.
+
+:class:`SQLiteReadModels` implements the domain's
+:class:`~devs.domain.ports.ReadModels` port; ``RecoveryService`` gets it by
+topic (``READ_MODELS_TOPIC=devs.projections.sqlite:SQLiteReadModels``, the
+default).
 """
 
 from __future__ import annotations
 
-import sqlite3
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, ClassVar, Generic
+from collections.abc import Callable, Sequence
+from typing import Any
 
-import orjson
-from eventsourcing.persistence import OperationalError, Tracking
-from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteTrackingRecorder
+from eventsourcing.application import Application
+from eventsourcing.persistence import IntegrityError, OperationalError, Tracking
+from eventsourcing.sqlite import SQLiteFactory
 
-from devs.projections.base import DocumentChanges, DocumentView, TDoc
+from devs.domain.errors import DevsError, InvalidInput
+from devs.domain.ports import (
+    FailureReport,
+    GateStatus,
+    HandoffEntry,
+    Lesson,
+    PendingSession,
+    RunState,
+    TaskIndexEntry,
+)
+from devs.projections.base import ReadModelProjection, SQLiteView
+from devs.projections.handoff_queue import SQLiteHandoffQueueView
+from devs.projections.hitl_failure_gates import SQLiteFailureGatesView
+from devs.projections.hitl_sessions import SQLiteHumanSessionsView
+from devs.projections.lessons_learned import SQLiteLessonsView
+from devs.projections.registry import SQLITE
+from devs.projections.runs import SQLiteRunsView
+from devs.projections.task_failures import SQLiteTaskFailuresView
+from devs.projections.tasks import SQLiteTasksView
+
+PAGE_SIZE = 500
+MAX_CONFLICTS = 20
+LEGACY_TABLES = (
+    "view_task_index",
+    "view_gate_status",
+    "view_lessons",
+    "view_pending_sessions",
+    "view_handoff_queue",
+    "view_failure_reports",
+    "view_run_state",
+)
+"""Document tables of databases written before the typed read models."""
 
 
-class SQLiteDocumentChanges(DocumentChanges[TDoc]):
-    def __init__(self, view: SQLiteDocumentView[TDoc], cursor: SQLiteCursor) -> None:
-        self._view = view
-        self._cursor = cursor
+class SQLiteReadModels:
+    """The application's read models in its own SQLite file."""
 
-    def get(self, key: str) -> TDoc | None:
-        self._cursor.execute(self._view.select_one_statement, (key,))
-        row = self._cursor.fetchone()
-        return None if row is None else self._view.load(row["doc"])
+    def __init__(self, app: Application[Any]) -> None:
+        if not isinstance(app.factory, SQLiteFactory):
+            msg = (
+                "the SQLite read models need eventsourcing.sqlite persistence; "
+                f"PERSISTENCE_MODULE is {app.env.get('PERSISTENCE_MODULE')!r}"
+            )
+            raise DevsError(msg)
+        self.app = app
+        datastore = app.factory.datastore
+        self.projections: dict[str, ReadModelProjection[Any]] = {}
+        self.views: dict[str, SQLiteView] = {}
+        for projection_class, view_class in SQLITE:
+            view = view_class(
+                datastore, tracking_name=view_class.tracking_name_for(app.name)
+            )
+            self.views[view.name] = view
+            self.projections[view.name] = projection_class(view=view)
+        self.names = tuple(self.views)
+        self._drop_legacy_tables(self.views["tasks"])
+        for view in self.views.values():
+            view.setup()
+        self._positions: dict[str, int] = {}
 
-    def put(
+    @staticmethod
+    def _drop_legacy_tables(view: SQLiteView) -> None:
+        """Old document views: dropped; the typed tables rebuild from the log."""
+        with view._write() as cursor:
+            for table in LEGACY_TABLES:
+                cursor.execute(f"DROP TABLE IF EXISTS {table}")
+
+    # ------------------------------------------------------------- catching up
+
+    def positions(self) -> dict[str, int]:
+        return {name: view.position() for name, view in self.views.items()}
+
+    def catch_up(
         self,
-        key: str,
-        doc: TDoc,
-        *,
-        task_id: str | None = None,
-        run_id: str | None = None,
-        state: str | None = None,
-        seq: int | None = None,
+        names: Sequence[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        last = self.app.recorder.max_notification_id() or 0
+        selected = list(names) if names is not None else list(self.views)
+        if all(self._positions.get(name, -1) >= last for name in selected):
+            return last
+        for _ in range(MAX_CONFLICTS):
+            try:
+                self._catch_up_to(last, selected, progress)
+            except (IntegrityError, OperationalError):
+                # Another process advanced a view first: re-read and go on.
+                self._positions.clear()
+                continue
+            return last
+        msg = "read models could not catch up: too many concurrent updates"
+        raise OperationalError(msg)
+
+    def _catch_up_to(
+        self,
+        last: int,
+        names: Sequence[str],
+        progress: Callable[[int, int], None] | None,
     ) -> None:
-        self._cursor.execute(
-            self._view.upsert_statement,
-            (
-                key,
-                task_id,
-                run_id,
-                state,
-                seq,
-                orjson.dumps(doc.model_dump(mode="json")),
-            ),
-        )
-
-    def delete(self, key: str) -> None:
-        self._cursor.execute(self._view.delete_statement, (key,))
-
-
-class SQLiteDocumentView(SQLiteTrackingRecorder, DocumentView[TDoc], Generic[TDoc]):
-    """A document table in the application's SQLite file, with tracking."""
-
-    name: ClassVar[str]
-
-    def __init__(self, datastore: SQLiteDatastore, **kwargs: Any) -> None:
-        self.table = f"view_{self.name}"
-        super().__init__(datastore, **kwargs)
-        self._local = threading.local()
-        self.select_one_statement = f"SELECT doc FROM {self.table} WHERE key = ?"
-        self.upsert_statement = (
-            f"INSERT INTO {self.table} (key, task_id, run_id, state, seq, doc) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
-            "task_id = excluded.task_id, run_id = excluded.run_id, "
-            "state = excluded.state, seq = excluded.seq, doc = excluded.doc"
-        )
-        self.delete_statement = f"DELETE FROM {self.table} WHERE key = ?"
-
-    def construct_create_table_statements(self) -> list[str]:
-        statements = super().construct_create_table_statements()
-        statements.append(
-            f"CREATE TABLE IF NOT EXISTS {self.table} ("
-            "key TEXT PRIMARY KEY, task_id TEXT, run_id TEXT, state TEXT, "
-            "seq INTEGER, doc BLOB NOT NULL)"
-        )
-        for column in ("task_id", "run_id", "state"):
-            statements.append(
-                f"CREATE INDEX IF NOT EXISTS {self.table}_{column} "
-                f"ON {self.table} ({column})"
+        positions = self.positions()
+        self._positions = positions
+        start = min(positions[name] for name in names)
+        while start < last:
+            notifications = self.app.recorder.select_notifications(
+                start=start + 1, limit=PAGE_SIZE, stop=last
             )
-        return statements
+            if not notifications:
+                break
+            page = [(self.app.mapper.to_domain_event(n), n.id) for n in notifications]
+            for name in names:
+                view, projection = self.views[name], self.projections[name]
+                todo = [(e, i) for e, i in page if i > positions[name]]
+                if not todo:
+                    continue
+                with view.batch():
+                    for domain_event, notification_id in todo:
+                        projection.process_event(
+                            domain_event, Tracking(view.tracking_name, notification_id)
+                        )
+                positions[name] = todo[-1][1]
+            start = notifications[-1].id
+            if progress is not None:
+                progress(start, last)
 
-    # ------------------------------------------------------------ tracking
-
-    def view_tracking_name(self, application_name: str) -> str:
-        return f"{application_name}/{self.name}"
-
-    def _insert_tracking(self, c: SQLiteCursor, tracking: Tracking) -> None:
-        if tracking.application_name != self.table_migration_identifier:
-            tracking = Tracking(
-                self.view_tracking_name(tracking.application_name),
-                tracking.notification_id,
-            )
-        super()._insert_tracking(c, tracking)
-
-    def _max_tracking_id(self, application_name: str, c: SQLiteCursor) -> int | None:
-        if application_name != self.table_migration_identifier:
-            application_name = self.view_tracking_name(application_name)
-        return super()._max_tracking_id(application_name, c)
-
-    # --------------------------------------------------------------- writes
-
-    @contextmanager
-    def _write(self) -> Iterator[SQLiteCursor]:
-        with self.datastore.get_connection(commit=True) as connection:
-            cursor = connection.cursor()
-            try:
-                cursor.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as error:
-                cursor.sqlite_cursor.close()
-                raise OperationalError(error) from error
-            try:
-                yield cursor
-            except BaseException:
-                connection.rollback()
-                raise
-            else:
-                connection.commit()
-            finally:
-                cursor.sqlite_cursor.close()
-
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        if getattr(self._local, "cursor", None) is not None:
-            yield
-            return
-        with self._write() as cursor:
-            self._local.cursor = cursor
-            try:
-                yield
-            finally:
-                self._local.cursor = None
-
-    @contextmanager
-    def changes(self, tracking: Tracking) -> Iterator[DocumentChanges[TDoc]]:
-        open_cursor: SQLiteCursor | None = getattr(self._local, "cursor", None)
-        if open_cursor is not None:
-            yield SQLiteDocumentChanges(self, open_cursor)
-            self._insert_tracking(open_cursor, tracking)
-            return
-        with self._write() as cursor:
-            yield SQLiteDocumentChanges(self, cursor)
-            self._insert_tracking(cursor, tracking)
-
-    def clear(self, application_name: str) -> None:
-        with self._write() as cursor:
-            cursor.execute(f"DELETE FROM {self.table}")
-            cursor.execute(
-                "DELETE FROM tracking WHERE application_name = ?",
-                (self.view_tracking_name(application_name),),
-            )
-
-    # ---------------------------------------------------------------- reads
-
-    def load(self, doc: bytes) -> TDoc:
-        return self.model.model_validate(orjson.loads(doc))  # type: ignore[return-value]
-
-    def one(self, key: str) -> TDoc | None:
-        with self.datastore.transaction(commit=False) as c:
-            c.execute(self.select_one_statement, (key,))
-            row = c.fetchone()
-        return None if row is None else self.load(row["doc"])
-
-    def many(
+    def rebuild(
         self,
-        *,
-        task_id: str | None = None,
-        run_id: str | None = None,
-        state: str | None = None,
-    ) -> list[TDoc]:
-        filters = {"task_id": task_id, "run_id": run_id, "state": state}
-        where = [
-            (column, value) for column, value in filters.items() if value is not None
-        ]
-        statement = f"SELECT doc FROM {self.table}"
-        if where:
-            statement += " WHERE " + " AND ".join(
-                f"{column} = ?" for column, _ in where
+        names: Sequence[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        selected = list(names) if names is not None else list(self.views)
+        unknown = [name for name in selected if name not in self.views]
+        if unknown:
+            msg = (
+                f"unknown projection {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(self.views)}"
             )
-        statement += " ORDER BY seq, key"
-        with self.datastore.transaction(commit=False) as c:
-            c.execute(statement, [value for _, value in where])
-            rows = c.fetchall()
-        return [self.load(row["doc"]) for row in rows]
+            raise InvalidInput(msg)
+        for name in selected:
+            self.views[name].clear()
+        self._positions.clear()
+        return self.catch_up(selected, progress)
+
+    def close(self) -> None:
+        """The views share the application's datastore: nothing of their own."""
+
+    # ----------------------------------------------------------------- queries
+
+    @property
+    def _tasks(self) -> SQLiteTasksView:
+        view = self.views[SQLiteTasksView.name]
+        assert isinstance(view, SQLiteTasksView)
+        return view
+
+    def _view(self, view_class: type[Any]) -> Any:
+        return self.views[view_class.name]
+
+    def task_entry(self, task_id: str) -> TaskIndexEntry | None:
+        return self._tasks.task_entry(task_id)
+
+    def task_entries(
+        self, *, state: str | None = None, run_id: str | None = None
+    ) -> list[TaskIndexEntry]:
+        return self._tasks.task_entries(state=state, run_id=run_id)
+
+    def gate_status(self, task_id: str) -> GateStatus | None:
+        task = self._tasks.task_row(task_id)
+        if task is None:
+            return None
+        gate = self._view(SQLiteFailureGatesView).open_gate_of(task_id)
+        passed = task["last_gate_passed"]
+        return GateStatus(
+            task_id=task_id,
+            state=task["state"],
+            consecutive_failures=task["failure_count"],
+            triggered=gate is not None,
+            session_id=gate["session_id"] if gate else None,
+            reason=gate["reason"] if gate else None,
+            entropy_score=gate["entropy_score"] if gate else None,
+            triggered_at=gate["opened_at"] if gate else None,
+            last_gate=task["last_gate"],
+            last_passed=None if passed is None else bool(passed),
+            last_reason=task["last_gate_reason"],
+            last_exit_code=task["last_exit_code"],
+            last_error_hash=task["last_error_hash"],
+            updated_at=task["updated_at"],
+        )
+
+    def failure_report(self, task_id: str) -> FailureReport | None:
+        found: FailureReport | None = self._view(SQLiteTaskFailuresView).failure_report(
+            task_id
+        )
+        return found
+
+    def lessons(self, task_id: str) -> list[Lesson]:
+        found: list[Lesson] = self._view(SQLiteLessonsView).lessons(task_id)
+        return found
+
+    def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        found: tuple[str, ...] = self._view(SQLiteLessonsView).lesson_strategies(
+            task_id
+        )
+        return found
+
+    def pending_sessions(self) -> list[PendingSession]:
+        found: list[PendingSession] = self._view(
+            SQLiteHumanSessionsView
+        ).pending_sessions()
+        return found
+
+    def handoff_queue(self) -> list[HandoffEntry]:
+        found: list[HandoffEntry] = self._view(SQLiteHandoffQueueView).handoff_queue()
+        return found
+
+    def run_state(self, run_id: str) -> RunState | None:
+        found: RunState | None = self._view(SQLiteRunsView).run_state(run_id)
+        return found

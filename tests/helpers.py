@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -14,6 +15,30 @@ def event_count(db_path: Path) -> int:
     with sqlite3.connect(db_path) as connection:
         (count,) = connection.execute("SELECT COUNT(*) FROM stored_events").fetchone()
     return int(count)
+
+
+READ_MODEL_TABLES = (
+    "tasks",
+    "hitl_failure_gates",
+    "hitl_sessions",
+    "lessons_learned",
+    "task_failures",
+    "handoff_queue",
+    "runs",
+    "run_nodes",
+    "run_edges",
+)
+
+
+def table_rows(db_path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every read-model table, in a stable order."""
+    with sqlite3.connect(db_path) as connection:
+        return {
+            table: sorted(
+                connection.execute(f"SELECT * FROM {table}").fetchall(), key=repr
+            )
+            for table in READ_MODEL_TABLES
+        }
 
 
 def decision_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:

@@ -402,7 +402,10 @@ def test_projections_rebuild(devs: Devs) -> None:
     result = devs("projections", "rebuild")
     assert result.stdout.startswith("rebuilt all projections up to position ")
     assert devs.json("lessons", "t1") == before
-    assert "rebuilt lessons" in devs("projections", "rebuild", "lessons").stdout
+    assert (
+        "rebuilt lessons_learned"
+        in devs("projections", "rebuild", "lessons_learned").stdout
+    )
     assert_one_line_error(
         devs("projections", "rebuild", "nope", code=BAD_INPUT), "unknown projection"
     )

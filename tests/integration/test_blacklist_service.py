@@ -69,10 +69,13 @@ def test_contract_row_exists_in_sqlite(tasks: RecoveryService, db_path: Path) ->
     tasks.lessons("A")  # the view catches up before any read
     with sqlite3.connect(db_path) as connection:
         rows = connection.execute(
-            "SELECT task_id, doc FROM view_lessons WHERE task_id = 'A'"
+            "SELECT task_id, failed_strategy, rca_summary, logged_at "
+            "FROM lessons_learned WHERE task_id = 'A'"
         ).fetchall()
-    assert len(rows) == 1
-    assert b"mock the network layer" in rows[0][1]
+    [(task_id, failed_strategy, rca_summary, logged_at)] = rows
+    assert (task_id, failed_strategy) == ("A", "mock the network layer")
+    assert rca_summary == "mocks hid a real bug"
+    assert logged_at
 
 
 def test_second_attempt_with_a_failed_strategy_is_blocked(

@@ -15,6 +15,7 @@ from devs.domain import (
     UnknownTask,
 )
 from devs.domain.chart import TaskState
+from devs.domain.task import Task
 from tests.helpers import event_count
 
 
@@ -278,11 +279,12 @@ def test_lessons_are_snapshotted_like_any_event(
 ) -> None:
     import sqlite3
 
+    interval = RecoveryService.snapshotting_intervals[Task]
     service.start_task("t1")
-    for i in range(49):
+    for i in range(interval - 1):
         service.log_lesson("t1", f"strategy {i}", "no")
     with sqlite3.connect(db_path) as connection:
         [(version,)] = connection.execute(
             "SELECT originator_version FROM stored_snapshots"
         ).fetchall()
-    assert version == 50
+    assert version == interval

@@ -69,8 +69,9 @@ def test_events_are_stored_as_orjson_under_stable_topics(
 
 
 def test_snapshots_are_taken_and_used(service: RecoveryService, db_path: Path) -> None:
+    interval = RecoveryService.snapshotting_intervals[Task]
     service.start_task("t1")
-    for i in range(120):
+    for i in range(2 * interval + 20):
         service.report_entropy("t1", 0.1 + (i % 5) / 100)
     with sqlite3.connect(db_path) as connection:
         versions = [
@@ -79,13 +80,13 @@ def test_snapshots_are_taken_and_used(service: RecoveryService, db_path: Path) -
                 "SELECT originator_version FROM stored_snapshots ORDER BY 1"
             )
         ]
-    assert versions == [50, 100]
+    assert versions == [interval, 2 * interval]
     fresh = RecoveryService(
         env={"SQLITE_DBNAME": str(db_path), "AGGREGATE_CACHE_MAXSIZE": ""}
     )
     try:
         task: Task = fresh.repository.get("task:t1")
-        assert task.version == 121
+        assert task.version == 2 * interval + 21
         assert task == service.repository.get("task:t1")
     finally:
         fresh.close()

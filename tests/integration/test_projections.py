@@ -1,4 +1,4 @@
-"""Read models: tracked views, rebuilt from position 0 to the same rows."""
+"""Read models: typed tables, tracked, rebuilt from position 0 to the same rows."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ from eventsourcing.sqlite import SQLiteDatastore
 from eventsourcing.tests import persistence as contract
 
 from devs.domain import InvalidInput, RecoveryService
-from devs.domain.decisions import TaskIndexEntry
-from devs.projections.views import PROJECTIONS, SQLITE_VIEWS, SQLiteTaskIndexView
+from devs.domain.chart import TaskState
+from devs.projections.registry import SQLITE
+from devs.projections.tasks import SQLiteTasksView
+from tests.helpers import READ_MODEL_TABLES as TABLES
+from tests.helpers import table_rows
 
 
 def drive(service: RecoveryService) -> None:
@@ -32,31 +35,30 @@ def drive(service: RecoveryService) -> None:
     service.skip("t3", actor="h", reason="dup")
 
 
-def snapshot_views(service: RecoveryService) -> dict[str, list[Any]]:
+def test_every_read_model_owns_its_tables() -> None:
+    owned = [table for _, view in SQLITE for table in view.tables]
+    assert sorted(owned) == sorted(TABLES)
+    assert len({view.name for _, view in SQLITE}) == len(SQLITE)
+
+
+def test_rebuild_from_zero_gives_the_same_rows(
+    service: RecoveryService, db_path: Path
+) -> None:
+    drive(service)
     service.catch_up()
-    return {
-        name: projection.view.many()
-        for name, projection in service.read_models.projections.items()
-    }
-
-
-def test_every_projection_has_a_sqlite_view() -> None:
-    assert {p.name for p in PROJECTIONS} == set(SQLITE_VIEWS)
-
-
-def test_rebuild_from_zero_gives_the_same_rows(service: RecoveryService) -> None:
-    drive(service)
-    live = snapshot_views(service)
-    assert all(live[name] for name in ("task_index", "lessons", "handoff_queue"))
+    live = table_rows(db_path)
+    for table in ("tasks", "lessons_learned", "handoff_queue", "hitl_sessions"):
+        assert live[table], table
     service.rebuild_projections()
-    assert snapshot_views(service) == live
+    assert table_rows(db_path) == live
 
 
-def test_rebuild_one_projection(service: RecoveryService) -> None:
+def test_rebuild_one_projection(service: RecoveryService, db_path: Path) -> None:
     drive(service)
-    before = snapshot_views(service)
-    service.rebuild_projections(["lessons"])
-    assert snapshot_views(service) == before
+    service.catch_up()
+    before = table_rows(db_path)
+    service.rebuild_projections(["lessons_learned"])
+    assert table_rows(db_path) == before
     with pytest.raises(InvalidInput, match="unknown projection 'nope'"):
         service.rebuild_projections(["nope"])
 
@@ -81,7 +83,7 @@ def test_views_track_their_own_positions(
             row[0]
             for row in connection.execute("SELECT application_name FROM tracking")
         }
-    assert {f"RecoveryService/{name}" for name in SQLITE_VIEWS} <= names
+    assert {f"RecoveryService/{view.name}.v1" for _, view in SQLITE} <= names
 
 
 def test_a_query_sees_every_command_that_returned(service: RecoveryService) -> None:
@@ -106,44 +108,87 @@ def test_another_process_writes_are_seen(
     assert report.last_error == "from elsewhere"
 
 
-def test_rows_and_position_commit_together(db_path: Path) -> None:
+def _tasks_view(db_path: Path) -> tuple[SQLiteDatastore, SQLiteTasksView]:
     datastore = SQLiteDatastore(str(db_path))
-    view = SQLiteTaskIndexView(datastore)
-    view.create_table()
-    entry = TaskIndexEntry(
-        task_id="t",
-        run_id=None,
-        state="RUNNING",
-        consecutive_failures=0,
-        updated_at="2026-01-01T00:00:00Z",
-    )
-    with view.changes(Tracking("app", 1)) as tx:
-        tx.put("t", entry, task_id="t")
-    assert view.max_tracking_id("app") == 1
+    view = SQLiteTasksView(datastore, tracking_name="app/tasks.v1")
+    view.setup()
+    return datastore, view
+
+
+def _row(task_id: str) -> dict[str, Any]:
+    return {
+        "id": task_id,
+        "state": "RUNNING",
+        "status": "running",
+        "failure_count": 0,
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "updated_at": "2026-01-01T00:00:00+00:00",
+        "position": 1,
+    }
+
+
+def test_rows_and_position_commit_together(db_path: Path) -> None:
+    datastore, view = _tasks_view(db_path)
+    view.insert_task(_row("t"), Tracking("app/tasks.v1", 1))
+    assert view.position() == 1
 
     def crash_mid_change() -> None:
-        with view.changes(Tracking("app", 2)) as tx:
-            tx.delete("t")
+        with view.changes(Tracking("app/tasks.v1", 2)) as cursor:
+            cursor.execute("DELETE FROM tasks WHERE id = 't'")
             raise RuntimeError("crash mid-change")
 
     with pytest.raises(RuntimeError):
         crash_mid_change()
-    assert view.one("t") == entry  # the delete rolled back
-    assert view.max_tracking_id("app") == 1  # and so did the position
+    assert view.task_entry("t") is not None  # the delete rolled back
+    assert view.position() == 1  # and so did the position
     with view.batch():
-        with view.changes(Tracking("app", 2)) as tx:
-            tx.delete("t")
-        with view.changes(Tracking("app", 3)):
-            pass
-    assert view.one("t") is None
-    assert view.max_tracking_id("app") == 3
-    view.clear("app")
-    assert view.max_tracking_id("app") is None
+        view.advance(
+            "t",
+            lambda state: TaskState.GATE_FAILED,
+            {"failure_count": 1},
+            Tracking("app/tasks.v1", 2),
+        )
+        view.insert_tracking(Tracking("app/tasks.v1", 3))
+        assert view.position() == 1  # a batch writes its position once, at its end
+    entry = view.task_entry("t")
+    assert entry is not None
+    assert (entry.state, entry.consecutive_failures) == ("GATE_FAILED", 1)
+    assert view.position() == 3
+    view.clear()
+    assert view.task_entry("t") is None
+    assert view.position() == 0
     datastore.close()
 
 
-class TestSQLiteDocumentViewTracking(contract.TrackingRecorderTestCase):
-    """eventsourcing's own tracking-recorder contract, run against our view."""
+def test_a_schema_never_tracked_is_rebuilt_from_the_log(
+    service: RecoveryService, db_path: Path
+) -> None:
+    """An older database: document views and no typed tables. First open
+    drops the old tables and builds the typed ones from the log."""
+    drive(service)
+    service.close()
+    with sqlite3.connect(db_path) as connection:
+        connection.execute("CREATE TABLE view_task_index (key TEXT PRIMARY KEY)")
+        connection.execute("DROP TABLE tasks")
+        connection.execute("CREATE TABLE tasks (key TEXT PRIMARY KEY, doc BLOB)")
+        connection.execute(
+            "DELETE FROM tracking WHERE application_name = 'RecoveryService/tasks.v1'"
+        )
+    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as reopened:
+        states = {t.task_id: t.state for t in reopened.tasks()}
+    assert states == {"t1": "HAND_OFF", "t3": "SKIPPED"}
+    with sqlite3.connect(db_path) as connection:
+        tables = {
+            row[0]
+            for row in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+            )
+        }
+    assert "view_task_index" not in tables
+
+
+class TestSQLiteViewTracking(contract.TrackingRecorderTestCase):
+    """eventsourcing's own tracking-recorder contract, run against a view."""
 
     def setUp(self) -> None:
         self.datastore = SQLiteDatastore(":memory:")
@@ -151,7 +196,7 @@ class TestSQLiteDocumentViewTracking(contract.TrackingRecorderTestCase):
     def tearDown(self) -> None:
         self.datastore.close()
 
-    def create_recorder(self) -> SQLiteTaskIndexView:
-        view = SQLiteTaskIndexView(self.datastore)
-        view.create_table()
+    def create_recorder(self) -> SQLiteTasksView:
+        view = SQLiteTasksView(self.datastore, tracking_name="app/tasks.v1")
+        view.setup()
         return view

@@ -1,24 +1,27 @@
 """Model-based test: random command sequences against a plain model of the ladder.
 
+Hypothesis picks the policy too, and the model reads every threshold from it.
 Invariants after every step: the aggregate reloaded from the store equals the live
 one; every read model equals what the model says; counts and states match. At the
-end, every projection rebuilt from position 0 equals the live one.
+end, every read model rebuilt from position 0 has the same rows as the live one.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from devs.domain import IllegalTransition, RecoveryService
+from devs.domain import IllegalTransition, Policy, RecoveryService
+from devs.domain.blacklist import SIMILARITY_RATIO
 from devs.domain.task import Task
-from tests.helpers import levenshtein
+from tests.helpers import levenshtein, table_rows
 
 STRATEGIES = ["alpha approach", "alpha approaches", "beta plan", "gamma route"]
 TASKS = ["solo", "n1"]
@@ -27,8 +30,18 @@ WAITING = {"ESCALATION", "PAUSED", "HAND_OFF"}
 UNFINISHED = WORKING | WAITING
 
 
+policies = st.builds(
+    Policy,
+    escalation_threshold=st.integers(1, 6),
+    handoff_threshold=st.integers(1, 8),
+    hitl_entropy_threshold=st.floats(0, 1),
+    failure_history_cap=st.integers(1, 4),
+)
+
+
 @dataclass
 class TaskModel:
+    policy: Policy
     state: str = "RUNNING"
     count: int = 0
     lessons: list[str] = field(default_factory=list)
@@ -37,14 +50,14 @@ class TaskModel:
     claimed: str | None = None
 
     def blacklisted(self, strategy: str) -> bool:
-        cutoff = int(len(strategy) * 0.2)
+        cutoff = int(len(strategy) * SIMILARITY_RATIO)
         return any(levenshtein(strategy, lesson) <= cutoff for lesson in self.lessons)
 
     def fail(self, *, blocked: bool) -> None:
         self.count += 1
-        if self.count >= 5:
+        if self.count >= self.policy.handoff_threshold:
             self.state, self.pending, self.claimed = "HAND_OFF", None, None
-        elif self.count >= 3:
+        elif self.count >= self.policy.escalation_threshold:
             self.state, self.pending = "ESCALATION", "max_retries"
         elif blocked:
             self.state, self.pending = "PAUSED", "blacklisted_strategy"
@@ -57,31 +70,38 @@ class LadderMachine(RuleBasedStateMachine):
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp())
         self.db = str(self.tmp / "state.sqlite")
-        self.service = RecoveryService(env={"SQLITE_DBNAME": self.db})
-        self.service.start_run("r1", {"n1": []})
-        self.service.start_task("solo", agent="bot", last_commit="c0")
-        self.service.start_task("n1", run_id="r1")
-        self.models = {task: TaskModel() for task in TASKS}
+        self.service: RecoveryService | None = None
+        self.models: dict[str, TaskModel] = {}
+
+    @initialize(policy=policies)
+    def start(self, policy: Policy) -> None:
+        self.policy = policy
+        self.service = RecoveryService(env={"SQLITE_DBNAME": self.db}, policy=policy)
+        self.app.start_run("r1", {"n1": []})
+        self.app.start_task("solo", agent="bot", last_commit="c0")
+        self.app.start_task("n1", run_id="r1")
+        self.models = {task: TaskModel(policy) for task in TASKS}
+
+    @property
+    def app(self) -> RecoveryService:
+        assert self.service is not None
+        return self.service
 
     def teardown(self) -> None:
         try:
-            live = self._views()
-            self.service.rebuild_projections()
-            assert self._views() == live
+            if self.service is not None:
+                self.app.catch_up()
+                live = table_rows(Path(self.db))
+                self.app.rebuild_projections()
+                assert table_rows(Path(self.db)) == live
         finally:
-            self.service.close()
+            if self.service is not None:
+                self.app.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def _views(self) -> dict[str, list[object]]:
-        self.service.catch_up()
-        return {
-            name: projection.view.many()
-            for name, projection in self.service.read_models.projections.items()
-        }
-
-    def _expect_illegal(self, call: object) -> None:
+    def _expect_illegal(self, call: Callable[[], object]) -> None:
         try:
-            call()  # type: ignore[operator]
+            call()
         except IllegalTransition:
             return
         raise AssertionError("expected IllegalTransition")
@@ -92,10 +112,10 @@ class LadderMachine(RuleBasedStateMachine):
     def begin_attempt(self, task: str, strategy: str) -> None:
         model = self.models[task]
         if model.state not in WORKING:
-            self._expect_illegal(lambda: self.service.begin_attempt(task, strategy))
+            self._expect_illegal(lambda: self.app.begin_attempt(task, strategy))
             return
         blocked = model.blacklisted(strategy)
-        decision = self.service.begin_attempt(task, strategy)
+        decision = self.app.begin_attempt(task, strategy)
         assert decision.blacklisted is blocked
         if blocked:
             model.fail(blocked=True)
@@ -106,9 +126,9 @@ class LadderMachine(RuleBasedStateMachine):
     def record_gate(self, task: str, code: int | None) -> None:
         model = self.models[task]
         if model.state not in WORKING:
-            self._expect_illegal(lambda: self.service.record_gate(task, code))
+            self._expect_illegal(lambda: self.app.record_gate(task, code))
             return
-        decision = self.service.record_gate(task, code, error="e", output=f"out {code}")
+        decision = self.app.record_gate(task, code, error="e", output=f"out {code}")
         if code == 0:
             model.state, model.count = "COMPLETED", 0
         else:
@@ -118,25 +138,26 @@ class LadderMachine(RuleBasedStateMachine):
     @rule(task=st.sampled_from(TASKS), score=st.floats(0, 1))
     def report_entropy(self, task: str, score: float) -> None:
         model = self.models[task]
+        threshold = self.policy.hitl_entropy_threshold
         if model.pending is not None:
-            decision = self.service.report_entropy(task, score)
-            assert decision.triggered is (score >= 0.75)
+            decision = self.app.report_entropy(task, score)
+            assert decision.triggered is (score >= threshold)
             return
         if model.state not in WORKING:
-            self._expect_illegal(lambda: self.service.report_entropy(task, score))
+            self._expect_illegal(lambda: self.app.report_entropy(task, score))
             return
-        decision = self.service.report_entropy(task, score)
-        if score >= 0.75:
+        decision = self.app.report_entropy(task, score)
+        if score >= threshold:
             model.state, model.pending = "PAUSED", "entropy_limit"
-        assert decision.triggered is (score >= 0.75)
+        assert decision.triggered is (score >= threshold)
 
     @rule(task=st.sampled_from(TASKS), strategy=st.sampled_from(STRATEGIES))
     def log_lesson(self, task: str, strategy: str) -> None:
         model = self.models[task]
         if model.state not in UNFINISHED:
-            self._expect_illegal(lambda: self.service.log_lesson(task, strategy, "rca"))
+            self._expect_illegal(lambda: self.app.log_lesson(task, strategy, "rca"))
             return
-        self.service.log_lesson(task, strategy, f"rca {len(model.last_logged)}")
+        self.app.log_lesson(task, strategy, f"rca {len(model.last_logged)}")
         if strategy not in model.lessons:
             model.lessons.append(strategy)
         if strategy in model.last_logged:
@@ -147,40 +168,36 @@ class LadderMachine(RuleBasedStateMachine):
     def resume(self, task: str) -> None:
         model = self.models[task]
         if model.state not in {"ESCALATION", "PAUSED"}:
-            self._expect_illegal(
-                lambda: self.service.resume(task, actor="h", reason="r")
-            )
+            self._expect_illegal(lambda: self.app.resume(task, actor="h", reason="r"))
             return
-        self.service.resume(task, actor="h", reason="r")
+        self.app.resume(task, actor="h", reason="r")
         model.state, model.pending = "RUNNING", None
 
     @rule(task=st.sampled_from(TASKS))
     def rewind(self, task: str) -> None:
         model = self.models[task]
         if model.state not in UNFINISHED:
-            self._expect_illegal(
-                lambda: self.service.rewind(task, actor="h", reason="r")
-            )
+            self._expect_illegal(lambda: self.app.rewind(task, actor="h", reason="r"))
             return
-        self.service.rewind(task, actor="h", reason="r")
+        self.app.rewind(task, actor="h", reason="r")
         model.state, model.pending, model.claimed = "RUNNING", None, None
 
     @rule(task=st.sampled_from(TASKS))
     def skip(self, task: str) -> None:
         model = self.models[task]
         if model.state not in UNFINISHED:
-            self._expect_illegal(lambda: self.service.skip(task, actor="h", reason="r"))
+            self._expect_illegal(lambda: self.app.skip(task, actor="h", reason="r"))
             return
-        self.service.skip(task, actor="h", reason="r")
+        self.app.skip(task, actor="h", reason="r")
         model.state, model.pending, model.claimed = "SKIPPED", None, None
 
     @rule(task=st.sampled_from(TASKS), actor=st.sampled_from(["ann", "bob"]))
     def claim(self, task: str, actor: str) -> None:
         model = self.models[task]
         if model.state != "HAND_OFF" or model.claimed is not None:
-            self._expect_illegal(lambda: self.service.claim_handoff(task, actor=actor))
+            self._expect_illegal(lambda: self.app.claim_handoff(task, actor=actor))
             return
-        self.service.claim_handoff(task, actor=actor)
+        self.app.claim_handoff(task, actor=actor)
         model.claimed = actor
 
     @rule(
@@ -189,9 +206,12 @@ class LadderMachine(RuleBasedStateMachine):
     )
     def resolve(self, task: str, resolution: str) -> None:
         model = self.models[task]
-        call = lambda: self.service.resolve_handoff(  # noqa: E731
-            task, actor="ann", resolution=resolution, reason="r"
-        )
+
+        def call() -> object:
+            return self.app.resolve_handoff(
+                task, actor="ann", resolution=resolution, reason="r"
+            )
+
         if model.state != "HAND_OFF" or model.claimed is None:
             self._expect_illegal(call)
             return
@@ -210,13 +230,15 @@ class LadderMachine(RuleBasedStateMachine):
         )
         try:
             for task, model in self.models.items():
-                live: Task = self.service.repository.get(Task.create_id(task))
+                live: Task = self.app.repository.get(Task.create_id(task))
                 reloaded: Task = fresh.repository.get(Task.create_id(task))
                 assert reloaded == live
                 assert live.state == model.state
                 assert live.consecutive_failures == model.count
                 assert live.lessons == model.lessons
                 assert live.claimed_by == model.claimed
+                cap = self.policy.failure_history_cap
+                assert len(live.failures) == min(model.count, cap)
                 pending = live.pending_session
                 assert (pending.reason if pending else None) == model.pending
         finally:
@@ -224,13 +246,13 @@ class LadderMachine(RuleBasedStateMachine):
 
     @invariant()
     def read_models_match_the_model(self) -> None:
-        index = {t.task_id: t for t in self.service.tasks()}
-        sessions = {s.task_id: s.reason for s in self.service.pending_sessions()}
-        queue = {e.payload.task_id: e.claimed_by for e in self.service.handoff_queue()}
+        index = {t.task_id: t for t in self.app.tasks()}
+        sessions = {s.task_id: s.reason for s in self.app.pending_sessions()}
+        queue = {e.payload.task_id: e.claimed_by for e in self.app.handoff_queue()}
         for task, model in self.models.items():
             assert index[task].state == model.state
             assert index[task].consecutive_failures == model.count
-            gate = self.service.gate_status(task)
+            gate = self.app.gate_status(task)
             assert gate.state == model.state
             assert gate.triggered is (model.pending is not None)
             assert gate.reason == model.pending
@@ -239,10 +261,10 @@ class LadderMachine(RuleBasedStateMachine):
                 assert queue[task] == model.claimed
             else:
                 assert task not in queue
-            lessons = self.service.lessons(task)
+            lessons = self.app.lessons(task)
             assert [le.failed_strategy for le in lessons] == model.last_logged
-            assert self.service.failure_report(task).failure_count == model.count
-        run = self.service.run_state("r1")
+            assert self.app.failure_report(task).failure_count == model.count
+        run = self.app.run_state("r1")
         n1 = self.models["n1"]
         expected = (
             "COMPLETED"

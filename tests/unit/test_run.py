@@ -70,7 +70,7 @@ def test_dag_is_read_only() -> None:
     run = diamond()
     with pytest.raises(TypeError):
         run.dag["x"] = ()  # type: ignore[index]
-    assert run.prerequisites("d") == ("b", "c")
+    assert run.dag["d"] == ("b", "c")
 
 
 @pytest.mark.parametrize(

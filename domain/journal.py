@@ -1,0 +1,283 @@
+"""What the log says and what humans are told, derived from recorded events.
+
+One mechanism for both: after a command's events are recorded, each one is
+described once (:func:`describe`) as a decision-log line on the
+``devs.decisions`` logger, and the ones a human must see become
+:class:`~devs.domain.decisions.Notification` objects (:func:`notification`),
+whether they come from a save just now or from reading the log later. Texts in
+events were redacted before they were recorded, so no line carries a secret.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import singledispatch
+from typing import Any
+
+import orjson
+
+from devs.domain.decisions import Notification
+from devs.domain.names import (
+    HAND_OFF_REQUIRED,
+    STOP_LOG_EVENTS,
+    HumanAction,
+    LogEvent,
+    NotificationKind,
+    SessionReason,
+)
+from devs.domain.redaction import excerpt
+from devs.domain.run import Run
+from devs.domain.task import Task, TaskEvent, task_id_of
+
+logger = logging.getLogger("devs.decisions")
+# A library does not decide where logs go: without a handler configured by the
+# application, decision lines are dropped instead of reaching stderr.
+logging.getLogger("devs").addHandler(logging.NullHandler())
+
+Line = tuple[LogEvent, dict[str, Any]]
+
+STOP_EVENTS = (Task.Escalated, Task.HandedOff, Task.Paused)
+"""The events whose lines are STOP_LOG_EVENTS (written at WARNING)."""
+
+
+def record(domain_event: Any, position: int | None) -> None:
+    """Write the decision-log line of one recorded event."""
+    if not logger.isEnabledFor(logging.INFO) and not isinstance(
+        domain_event, STOP_EVENTS
+    ):
+        return  # only stops are logged at WARNING: skip describing the rest
+    event, fields = describe(domain_event)
+    level = logging.WARNING if event in STOP_LOG_EVENTS else logging.INFO
+    if logger.isEnabledFor(level):
+        line = {"event": event, **fields, "position": position}
+        logger.log(level, orjson.dumps(line, default=str).decode())
+
+
+# ------------------------------------------------------------------- log lines
+
+
+@singledispatch
+def describe(domain_event: Any) -> Line:
+    """The log event and fields of one domain event."""
+    msg = f"no log line for {type(domain_event).__name__}"
+    raise TypeError(msg)
+
+
+def _task(domain_event: TaskEvent | Task.Started, **fields: Any) -> dict[str, Any]:
+    return {"task_id": task_id_of(domain_event.originator_id), **fields}
+
+
+def _run(domain_event: Run.Event | Run.Started, **fields: Any) -> dict[str, Any]:
+    return {"run_id": domain_event.originator_id.removeprefix("run:"), **fields}
+
+
+@describe.register
+def _(e: Task.Started) -> Line:
+    return LogEvent.TASK_STARTED, _task(e, run_id=e.run_id, agent=e.agent)
+
+
+@describe.register
+def _(e: Task.AttemptBegan) -> Line:
+    return LogEvent.ATTEMPT_BEGAN, _task(e)
+
+
+@describe.register
+def _(e: Task.BlacklistedStrategyAttempted) -> Line:
+    return LogEvent.BLACKLISTED_STRATEGY_ATTEMPTED, _task(
+        e,
+        consecutive_failures=e.consecutive_failures,
+        error_hash=e.failure.error_hash,
+        matched_strategy=excerpt(e.matched_strategy, 200),
+    )
+
+
+@describe.register
+def _(e: Task.GatePassed) -> Line:
+    return LogEvent.GATE_PASSED, _task(e, gate=e.gate)
+
+
+@describe.register
+def _(e: Task.GateFailed) -> Line:
+    failure = e.failure
+    return LogEvent.GATE_FAILED, _task(
+        e,
+        gate=failure.gate,
+        reason=failure.reason,
+        exit_code=failure.exit_code,
+        consecutive_failures=e.consecutive_failures,
+        error_hash=failure.error_hash,
+    )
+
+
+@describe.register
+def _(e: Task.Escalated) -> Line:
+    return LogEvent.ESCALATION_TRIGGERED, _task(
+        e,
+        consecutive_failures=e.report.failure_count,
+        error_hash=e.report.last_error_hash,
+        session_id=e.session.session_id,
+    )
+
+
+@describe.register
+def _(e: Task.HandedOff) -> Line:
+    return LogEvent.HAND_OFF_REQUIRED, _task(
+        e,
+        consecutive_failures=e.payload.failure_count,
+        error_hash=e.payload.last_error_hash,
+        agent=e.payload.originating_agent,
+        last_commit=e.payload.last_commit,
+    )
+
+
+@describe.register
+def _(e: Task.Paused) -> Line:
+    session = e.session
+    if session.reason is SessionReason.ENTROPY_LIMIT:
+        return LogEvent.ENTROPY_LIMIT, _task(
+            e, session_id=session.session_id, entropy_score=session.entropy_score
+        )
+    return LogEvent.TASK_PAUSED, _task(
+        e, session_id=session.session_id, reason=session.reason
+    )
+
+
+@describe.register
+def _(e: Task.EntropyMeasured) -> Line:
+    return LogEvent.ENTROPY_MEASURED, _task(e, score=e.score, threshold=e.threshold)
+
+
+@describe.register
+def _(e: Task.LessonLogged) -> Line:
+    return LogEvent.LESSON_LOGGED, _task(e)
+
+
+@describe.register
+def _(e: Task.Resumed) -> Line:
+    return _human(e, HumanAction.RESUME, session_id=e.session_id)
+
+
+@describe.register
+def _(e: Task.Rewound) -> Line:
+    return _human(e, HumanAction.REWIND, session_id=e.session_id, to_commit=e.to_commit)
+
+
+@describe.register
+def _(e: Task.Skipped) -> Line:
+    return _human(e, HumanAction.SKIP, session_id=e.session_id)
+
+
+@describe.register
+def _(e: Task.HandoffClaimed) -> Line:
+    return _human(e, HumanAction.CLAIM)
+
+
+@describe.register
+def _(e: Task.HandoffResolved) -> Line:
+    return _human(e, HumanAction.RESOLVE, resolution=e.resolution)
+
+
+def _human(e: Any, action: HumanAction, **fields: Any) -> Line:
+    return LogEvent.HUMAN_ACTION, _task(e, action=action, actor=e.actor, **fields)
+
+
+@describe.register
+def _(e: Run.Started) -> Line:
+    return LogEvent.RUN_STARTED, _run(e, nodes=len(e.dag))
+
+
+@describe.register
+def _(e: Run.NodeStarted) -> Line:
+    return LogEvent.RUN_NODE_STARTED, _run(e, node=e.node)
+
+
+@describe.register
+def _(e: Run.NodeSettled) -> Line:
+    return LogEvent.RUN_NODE_SETTLED, _run(e, node=e.node, outcome=e.outcome)
+
+
+@describe.register
+def _(e: Run.Paused) -> Line:
+    return LogEvent.RUN_PAUSED, _run(e, task_id=e.task_id, reason=e.reason)
+
+
+@describe.register
+def _(e: Run.Resumed) -> Line:
+    return LogEvent.RUN_RESUMED, _run(e, task_id=e.task_id)
+
+
+@describe.register
+def _(e: Run.Completed) -> Line:
+    return LogEvent.RUN_COMPLETED, _run(e)
+
+
+# --------------------------------------------------------------- notifications
+
+
+@singledispatch
+def notification(domain_event: Any, position: int) -> Notification | None:
+    """What a human should be told about ``domain_event``, if anything."""
+    return None
+
+
+def _notice(
+    e: TaskEvent, position: int, kind: NotificationKind, **fields: Any
+) -> Notification:
+    return Notification(
+        position=position,
+        kind=kind,
+        task_id=task_id_of(e.originator_id),
+        at=e.timestamp,
+        **fields,
+    )
+
+
+@notification.register
+def _(e: Task.Escalated, position: int) -> Notification:
+    return _notice(
+        e,
+        position,
+        NotificationKind.USER_ESCALATION,
+        session_id=e.session.session_id,
+        reason=e.session.reason,
+        failure_count=e.report.failure_count,
+    )
+
+
+@notification.register
+def _(e: Task.Paused, position: int) -> Notification:
+    return _notice(
+        e,
+        position,
+        NotificationKind.TASK_PAUSED,
+        session_id=e.session.session_id,
+        reason=e.session.reason,
+    )
+
+
+@notification.register
+def _(e: Task.HandedOff, position: int) -> Notification:
+    return _notice(
+        e,
+        position,
+        NotificationKind.HAND_OFF_REQUIRED,
+        reason=HAND_OFF_REQUIRED,
+        failure_count=e.payload.failure_count,
+    )
+
+
+@notification.register
+def _(e: Task.BlacklistedStrategyAttempted, position: int) -> Notification:
+    return _notice(
+        e,
+        position,
+        NotificationKind.BLACKLISTED_STRATEGY_ATTEMPTED,
+        reason=e.failure.reason,
+        failure_count=e.consecutive_failures,
+    )
+
+
+NOTIFYING_EVENTS: tuple[type[Any], ...] = tuple(
+    cls for cls in notification.registry if cls is not object
+)
+"""The event classes :func:`notification` turns into notifications."""

@@ -1,0 +1,81 @@
+"""Names shared by the domain, its read models and its adapters.
+
+Kinds of notification, decision-log events and human-session reasons are
+spelled once, here; every other module refers to these members.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SessionReason(StrEnum):
+    """Why a human was asked."""
+
+    MAX_RETRIES = "max_retries"
+    BLACKLISTED_STRATEGY = "blacklisted_strategy"
+    ENTROPY_LIMIT = "entropy_limit"
+
+
+class Resolution(StrEnum):
+    """How a human resolves a hand-off."""
+
+    RETURN = "return"
+    COMPLETE = "complete"
+    SKIP = "skip"
+
+
+class HumanAction(StrEnum):
+    """What a human did to a task."""
+
+    RESUME = "resume"
+    REWIND = "rewind"
+    SKIP = "skip"
+    CLAIM = "claim"
+    RESOLVE = "resolve"
+
+
+class NotificationKind(StrEnum):
+    """Something a human should see (``notifications()``)."""
+
+    USER_ESCALATION = "USER_ESCALATION"
+    TASK_PAUSED = "TASK_PAUSED"
+    HAND_OFF_REQUIRED = "HAND_OFF_REQUIRED"
+    BLACKLISTED_STRATEGY_ATTEMPTED = "task:blacklisted_strategy_attempted"
+
+
+class LogEvent(StrEnum):
+    """The ``event`` of a line on the ``devs.decisions`` logger."""
+
+    TASK_STARTED = "TASK_STARTED"
+    ATTEMPT_BEGAN = "ATTEMPT_BEGAN"
+    BLACKLISTED_STRATEGY_ATTEMPTED = "task:blacklisted_strategy_attempted"
+    GATE_PASSED = "GATE_PASSED"
+    GATE_FAILED = "GATE_FAILED"
+    ESCALATION_TRIGGERED = "ESCALATION_TRIGGERED"
+    HAND_OFF_REQUIRED = "HAND_OFF_REQUIRED"
+    TASK_PAUSED = "TASK_PAUSED"
+    ENTROPY_LIMIT = "ENTROPY_LIMIT"
+    ENTROPY_MEASURED = "ENTROPY_MEASURED"
+    LESSON_LOGGED = "LESSON_LOGGED"
+    HUMAN_ACTION = "HUMAN_ACTION"
+    RUN_STARTED = "RUN_STARTED"
+    RUN_NODE_STARTED = "RUN_NODE_STARTED"
+    RUN_NODE_SETTLED = "RUN_NODE_SETTLED"
+    RUN_PAUSED = "RUN_PAUSED"
+    RUN_RESUMED = "RUN_RESUMED"
+    RUN_COMPLETED = "RUN_COMPLETED"
+
+
+STOP_LOG_EVENTS = frozenset(
+    {
+        LogEvent.ESCALATION_TRIGGERED,
+        LogEvent.HAND_OFF_REQUIRED,
+        LogEvent.TASK_PAUSED,
+        LogEvent.ENTROPY_LIMIT,
+    }
+)
+"""Log events that stop an agent: written at WARNING, the rest at INFO."""
+
+HAND_OFF_REQUIRED = "hand_off_required"
+"""The status (and suspension reason) of a task in the human queue."""

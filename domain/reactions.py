@@ -1,0 +1,71 @@
+"""What a run does when one of its tasks moves: the one run policy.
+
+A task's new events are folded into its run here, and nowhere else: a pass
+settles the node (the run may complete), a stop for a human pauses the run, a
+human sending the task back to work resumes it, a skip or a hand-off resolved
+as complete or skip settles the node. Commands only decide on the task; the
+service calls :func:`react` with the events the task just decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import singledispatch
+from typing import Any
+
+from devs.domain.chart import TaskState
+from devs.domain.names import Resolution
+from devs.domain.run import Run
+from devs.domain.task import Task, TaskEvent, task_id_of
+
+
+def react(run: Run, task_events: Iterable[Any]) -> None:
+    """Apply the run's reaction to each of its task's new events, in order."""
+    for domain_event in task_events:
+        _react(domain_event, run)
+
+
+@singledispatch
+def _react(domain_event: Any, run: Run) -> None:
+    """Most task events leave the run as it is."""
+
+
+@_react.register
+def _(e: Task.Started, run: Run) -> None:
+    run.start_node(e.task_id)
+
+
+@_react.register
+def _(e: Task.GatePassed, run: Run) -> None:
+    run.settle(task_id_of(e.originator_id), "completed")
+
+
+@_react.register(Task.Escalated)
+@_react.register(Task.Paused)
+@_react.register(Task.HandedOff)
+def _(e: TaskEvent, run: Run) -> None:
+    # The run records why: the state the task stopped in (all three stop a
+    # working task, so the state after them does not depend on the one before).
+    run.pause(task_id_of(e.originator_id), reason=e.state_after(TaskState.RUNNING))
+
+
+@_react.register(Task.Resumed)
+@_react.register(Task.Rewound)
+def _(e: TaskEvent, run: Run) -> None:
+    run.resume(task_id_of(e.originator_id))
+
+
+@_react.register
+def _(e: Task.Skipped, run: Run) -> None:
+    run.settle(task_id_of(e.originator_id), "skipped")
+
+
+@_react.register
+def _(e: Task.HandoffResolved, run: Run) -> None:
+    node = task_id_of(e.originator_id)
+    if e.resolution is Resolution.RETURN:
+        run.resume(node)
+    elif e.resolution is Resolution.COMPLETE:
+        run.settle(node, "completed")
+    else:
+        run.settle(node, "skipped")

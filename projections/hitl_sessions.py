@@ -1,0 +1,150 @@
+"""``hitl_sessions``: every human session, pending or answered.
+
+A session opens when a task stops for a human and is answered by the resume,
+rewind or skip that sends it on, with who answered, how, why and when.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from eventsourcing.persistence import Tracking, TrackingRecorder
+
+from devs.domain.names import HumanAction
+from devs.domain.ports import PendingSession
+from devs.domain.task import Task, task_id_of
+from devs.projections.base import ReadModelProjection, SQLiteView, folds
+
+PENDING = "pending"
+ANSWERED = "answered"
+
+
+class HumanSessionsView(TrackingRecorder, ABC):
+    @abstractmethod
+    def open_session(self, row: dict[str, Any], tracking: Tracking) -> None:
+        """Record a session that waits for a human."""
+
+    @abstractmethod
+    def answer(
+        self, session_id: str, answer: dict[str, Any], tracking: Tracking
+    ) -> None:
+        """Record the human's answer to a session."""
+
+    @abstractmethod
+    def pending_sessions(self) -> list[PendingSession]:
+        """Sessions that wait for a human, oldest first."""
+
+
+class HumanSessionsProjection(ReadModelProjection[HumanSessionsView]):
+    view_name = "hitl_sessions"
+    process_event = folds()
+
+    @process_event.register(Task.Escalated)
+    @process_event.register(Task.Paused)
+    def _(self, e: Task.Escalated | Task.Paused, tracking: Tracking) -> None:
+        session = e.session
+        failure_count = e.report.failure_count if isinstance(e, Task.Escalated) else 0
+        self.view.open_session(
+            {
+                "id": session.session_id,
+                "task_id": task_id_of(e.originator_id),
+                "reason": session.reason,
+                "status": PENDING,
+                "entropy_score": session.entropy_score,
+                "failure_count": failure_count,
+                "opened_at": session.opened_at.isoformat(),
+                "position": tracking.notification_id,
+            },
+            tracking,
+        )
+
+    @process_event.register
+    def _(self, e: Task.Resumed, tracking: Tracking) -> None:
+        self._answer(e, HumanAction.RESUME, tracking)
+
+    @process_event.register
+    def _(self, e: Task.Rewound, tracking: Tracking) -> None:
+        self._answer(e, HumanAction.REWIND, tracking)
+
+    @process_event.register
+    def _(self, e: Task.Skipped, tracking: Tracking) -> None:
+        self._answer(e, HumanAction.SKIP, tracking)
+
+    def _answer(
+        self,
+        e: Task.Resumed | Task.Rewound | Task.Skipped,
+        action: HumanAction,
+        tracking: Tracking,
+    ) -> None:
+        if e.session_id is None:
+            self.view.insert_tracking(tracking)
+            return
+        answer = {
+            "status": ANSWERED,
+            "answered_at": e.timestamp.isoformat(),
+            "answered_by": e.actor,
+            "answer": action,
+            "answer_reason": e.reason,
+        }
+        self.view.answer(e.session_id, answer, tracking)
+
+
+class SQLiteHumanSessionsView(SQLiteView, HumanSessionsView):
+    name: ClassVar[str] = "hitl_sessions"
+    schema_version: ClassVar[int] = 1
+    tables: ClassVar[tuple[str, ...]] = ("hitl_sessions",)
+    ddl: ClassVar[tuple[str, ...]] = (
+        "CREATE TABLE IF NOT EXISTS hitl_sessions ("
+        "id TEXT PRIMARY KEY, "
+        "task_id TEXT NOT NULL, "
+        "reason TEXT NOT NULL, "
+        "status TEXT NOT NULL, "
+        "entropy_score REAL, "
+        "failure_count INTEGER NOT NULL, "
+        "opened_at TEXT NOT NULL, "
+        "position INTEGER NOT NULL, "
+        "answered_at TEXT, "
+        "answered_by TEXT, "
+        "answer TEXT, "
+        "answer_reason TEXT)",
+        "CREATE INDEX IF NOT EXISTS hitl_sessions_status "
+        "ON hitl_sessions (status, position)",
+        "CREATE INDEX IF NOT EXISTS hitl_sessions_task_id ON hitl_sessions (task_id)",
+    )
+
+    def open_session(self, row: dict[str, Any], tracking: Tracking) -> None:
+        columns = ", ".join(row)
+        values = ", ".join(f":{name}" for name in row)
+        with self.changes(tracking) as cursor:
+            cursor.execute(
+                f"INSERT OR REPLACE INTO hitl_sessions ({columns}) VALUES ({values})",
+                row,
+            )
+
+    def answer(
+        self, session_id: str, answer: dict[str, Any], tracking: Tracking
+    ) -> None:
+        columns = ", ".join(f"{name} = :{name}" for name in answer)
+        with self.changes(tracking) as cursor:
+            cursor.execute(
+                f"UPDATE hitl_sessions SET {columns} WHERE id = :id",
+                {**answer, "id": session_id},
+            )
+
+    def pending_sessions(self) -> list[PendingSession]:
+        rows = self._select(
+            "SELECT * FROM hitl_sessions WHERE status = ? ORDER BY position",
+            (PENDING,),
+        )
+        return [
+            PendingSession(
+                session_id=row["id"],
+                task_id=row["task_id"],
+                reason=row["reason"],
+                opened_at=row["opened_at"],
+                entropy_score=row["entropy_score"],
+                failure_count=row["failure_count"],
+            )
+            for row in rows
+        ]

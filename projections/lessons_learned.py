@@ -1,0 +1,124 @@
+"""``lessons_learned``: what root-cause analyses learned, per task (seed 004).
+
+``UNIQUE(task_id, failed_strategy)``: logging a strategy again keeps one row
+with the newer summary (and moves it to the end). The blacklist reads only the
+strategies; they are kept in memory per task and re-read when the view's
+position has moved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from eventsourcing.persistence import Tracking, TrackingRecorder
+from eventsourcing.sqlite import SQLiteDatastore
+
+from devs.domain.ports import Lesson
+from devs.domain.task import Task, task_id_of
+from devs.projections.base import ReadModelProjection, SQLiteView, folds
+
+CACHED_TASKS = 1_000
+
+
+class LessonsView(TrackingRecorder, ABC):
+    @abstractmethod
+    def upsert_lesson(self, row: dict[str, Any], tracking: Tracking) -> None:
+        """Insert the lesson, or replace the summary of the same strategy."""
+
+    @abstractmethod
+    def lessons(self, task_id: str) -> list[Lesson]:
+        """The task's lessons, the most recently logged last."""
+
+    @abstractmethod
+    def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        """The task's failed strategies, in the same order."""
+
+
+def lesson_id(task_id: str, strategy: str) -> str:
+    """A stable id, so a rebuilt table has the same rows."""
+    key = f"{task_id}\x1f{strategy}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(key).hexdigest()[:16]
+
+
+class LessonsProjection(ReadModelProjection[LessonsView]):
+    view_name = "lessons_learned"
+    process_event = folds()
+
+    @process_event.register
+    def _(self, e: Task.LessonLogged, tracking: Tracking) -> None:
+        task_id = task_id_of(e.originator_id)
+        self.view.upsert_lesson(
+            {
+                "id": lesson_id(task_id, e.strategy),
+                "task_id": task_id,
+                "failed_strategy": e.strategy,
+                "rca_summary": e.rca_summary,
+                "logged_at": e.timestamp.isoformat(),
+                "position": tracking.notification_id,
+            },
+            tracking,
+        )
+
+
+class SQLiteLessonsView(SQLiteView, LessonsView):
+    name: ClassVar[str] = "lessons_learned"
+    schema_version: ClassVar[int] = 1
+    tables: ClassVar[tuple[str, ...]] = ("lessons_learned",)
+    ddl: ClassVar[tuple[str, ...]] = (
+        "CREATE TABLE IF NOT EXISTS lessons_learned ("
+        "id TEXT PRIMARY KEY, "
+        "task_id TEXT NOT NULL, "
+        "failed_strategy TEXT NOT NULL, "
+        "rca_summary TEXT NOT NULL, "
+        "logged_at TEXT NOT NULL, "
+        "position INTEGER NOT NULL, "
+        "UNIQUE (task_id, failed_strategy))",
+        "CREATE INDEX IF NOT EXISTS idx_lessons_task_id "
+        "ON lessons_learned (task_id, position)",
+    )
+
+    def __init__(self, datastore: SQLiteDatastore, *, tracking_name: str) -> None:
+        super().__init__(datastore, tracking_name=tracking_name)
+        self._strategies: dict[str, tuple[int, tuple[str, ...]]] = {}
+
+    def upsert_lesson(self, row: dict[str, Any], tracking: Tracking) -> None:
+        with self.changes(tracking) as cursor:
+            cursor.execute(
+                "INSERT INTO lessons_learned (id, task_id, failed_strategy, "
+                "rca_summary, logged_at, position) VALUES (:id, :task_id, "
+                ":failed_strategy, :rca_summary, :logged_at, :position) "
+                "ON CONFLICT (task_id, failed_strategy) DO UPDATE SET "
+                "rca_summary = excluded.rca_summary, "
+                "logged_at = excluded.logged_at, position = excluded.position",
+                row,
+            )
+
+    def lessons(self, task_id: str) -> list[Lesson]:
+        rows = self._select(
+            "SELECT task_id, failed_strategy, rca_summary, logged_at "
+            "FROM lessons_learned WHERE task_id = ? ORDER BY position",
+            (task_id,),
+        )
+        return [Lesson.model_validate(dict(row)) for row in rows]
+
+    def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        position = self.position()
+        cached = self._strategies.get(task_id)
+        if cached is not None and cached[0] == position:
+            return cached[1]
+        rows = self._select(
+            "SELECT failed_strategy FROM lessons_learned WHERE task_id = ? "
+            "ORDER BY position",
+            (task_id,),
+        )
+        strategies = tuple(row["failed_strategy"] for row in rows)
+        if len(self._strategies) >= CACHED_TASKS:
+            self._strategies.clear()
+        self._strategies[task_id] = (position, strategies)
+        return strategies
+
+    def clear(self) -> None:
+        super().clear()
+        self._strategies.clear()

@@ -1,0 +1,285 @@
+"""``runs``, ``run_nodes`` and ``run_edges``: orchestration runs, a row per node.
+
+Starting a run writes its nodes and edges once; every later run event touches
+the run's row and one node (settling a node also counts down its dependents'
+``waiting``, through ``run_edges``), so an event costs the same in a run of
+ten nodes or ten thousand.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from eventsourcing.persistence import Tracking, TrackingRecorder
+
+from devs.domain.ports import RunState
+from devs.domain.run import Run, RunStatus
+from devs.projections.base import ReadModelProjection, SQLiteView, folds
+
+WAITING, READY, STARTED, COMPLETED, SKIPPED = (
+    "waiting",
+    "ready",
+    "started",
+    "completed",
+    "skipped",
+)
+
+
+def run_id_of(originator_id: str) -> str:
+    return originator_id.removeprefix("run:")
+
+
+class RunsView(TrackingRecorder, ABC):
+    @abstractmethod
+    def insert_run(self, run_id: str, e: Run.Started, tracking: Tracking) -> None:
+        """Add the run, its nodes and its edges."""
+
+    @abstractmethod
+    def start_node(self, run_id: str, node: str, at: str, tracking: Tracking) -> None:
+        """The node's task started."""
+
+    @abstractmethod
+    def settle_node(
+        self, run_id: str, node: str, outcome: str, at: str, tracking: Tracking
+    ) -> None:
+        """The node completed or was skipped; release its dependents."""
+
+    @abstractmethod
+    def pause(
+        self, run_id: str, node: str, paused: bool, at: str, tracking: Tracking
+    ) -> None:
+        """The node's task stopped the run for a human, or no longer does."""
+
+    @abstractmethod
+    def complete(self, run_id: str, at: str, tracking: Tracking) -> None:
+        """Every node is settled."""
+
+    @abstractmethod
+    def run_state(self, run_id: str) -> RunState | None:
+        """The run and its nodes."""
+
+
+class RunsProjection(ReadModelProjection[RunsView]):
+    view_name = "runs"
+    process_event = folds()
+
+    @process_event.register
+    def _(self, e: Run.Started, tracking: Tracking) -> None:
+        self.view.insert_run(run_id_of(e.originator_id), e, tracking)
+
+    @process_event.register
+    def _(self, e: Run.NodeStarted, tracking: Tracking) -> None:
+        self.view.start_node(
+            run_id_of(e.originator_id), e.node, e.timestamp.isoformat(), tracking
+        )
+
+    @process_event.register
+    def _(self, e: Run.NodeSettled, tracking: Tracking) -> None:
+        self.view.settle_node(
+            run_id_of(e.originator_id),
+            e.node,
+            e.outcome,
+            e.timestamp.isoformat(),
+            tracking,
+        )
+
+    @process_event.register
+    def _(self, e: Run.Paused, tracking: Tracking) -> None:
+        self.view.pause(
+            run_id_of(e.originator_id),
+            e.task_id,
+            True,
+            e.timestamp.isoformat(),
+            tracking,
+        )
+
+    @process_event.register
+    def _(self, e: Run.Resumed, tracking: Tracking) -> None:
+        self.view.pause(
+            run_id_of(e.originator_id),
+            e.task_id,
+            False,
+            e.timestamp.isoformat(),
+            tracking,
+        )
+
+    @process_event.register
+    def _(self, e: Run.Completed, tracking: Tracking) -> None:
+        self.view.complete(
+            run_id_of(e.originator_id), e.timestamp.isoformat(), tracking
+        )
+
+
+class SQLiteRunsView(SQLiteView, RunsView):
+    name: ClassVar[str] = "runs"
+    schema_version: ClassVar[int] = 1
+    tables: ClassVar[tuple[str, ...]] = ("runs", "run_nodes", "run_edges")
+    ddl: ClassVar[tuple[str, ...]] = (
+        "CREATE TABLE IF NOT EXISTS runs ("
+        "id TEXT PRIMARY KEY, "
+        "status TEXT NOT NULL, "
+        "node_count INTEGER NOT NULL, "
+        "settled_count INTEGER NOT NULL DEFAULT 0, "
+        "paused_count INTEGER NOT NULL DEFAULT 0, "
+        "started_at TEXT NOT NULL, "
+        "updated_at TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS run_nodes ("
+        "run_id TEXT NOT NULL, "
+        "node_id TEXT NOT NULL, "
+        "position INTEGER NOT NULL, "
+        "waiting INTEGER NOT NULL, "
+        "progress TEXT NOT NULL, "
+        "started_seq INTEGER, "
+        "settled_seq INTEGER, "
+        "paused_seq INTEGER, "
+        "started_at TEXT, "
+        "settled_at TEXT, "
+        "PRIMARY KEY (run_id, node_id))",
+        "CREATE INDEX IF NOT EXISTS run_nodes_position ON run_nodes (run_id, position)",
+        "CREATE INDEX IF NOT EXISTS run_nodes_progress "
+        "ON run_nodes (run_id, progress, position)",
+        "CREATE TABLE IF NOT EXISTS run_edges ("
+        "run_id TEXT NOT NULL, "
+        "prerequisite TEXT NOT NULL, "
+        "node_id TEXT NOT NULL, "
+        "ordinal INTEGER NOT NULL, "
+        "PRIMARY KEY (run_id, prerequisite, node_id))",
+        "CREATE INDEX IF NOT EXISTS run_edges_node ON run_edges (run_id, node_id)",
+    )
+
+    def insert_run(self, run_id: str, e: Run.Started, tracking: Tracking) -> None:
+        at = e.timestamp.isoformat()
+        with self.changes(tracking) as cursor:
+            cursor.execute(
+                "INSERT OR IGNORE INTO runs (id, status, node_count, started_at, "
+                "updated_at) VALUES (?, ?, ?, ?, ?)",
+                (run_id, RunStatus.RUNNING, len(e.dag), at, at),
+            )
+            cursor.sqlite_cursor.executemany(
+                "INSERT OR IGNORE INTO run_nodes (run_id, node_id, position, waiting, "
+                "progress) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (
+                        run_id,
+                        node,
+                        index,
+                        len(e.dag[node]),
+                        WAITING if e.dag[node] else READY,
+                    )
+                    for index, node in enumerate(e.order)
+                ],
+            )
+            cursor.sqlite_cursor.executemany(
+                "INSERT OR IGNORE INTO run_edges (run_id, prerequisite, node_id, "
+                "ordinal) VALUES (?, ?, ?, ?)",
+                [
+                    (run_id, prerequisite, node, ordinal)
+                    for node, prerequisites in e.dag.items()
+                    for ordinal, prerequisite in enumerate(prerequisites)
+                ],
+            )
+
+    def start_node(self, run_id: str, node: str, at: str, tracking: Tracking) -> None:
+        with self.changes(tracking) as cursor:
+            cursor.execute(
+                "UPDATE run_nodes SET progress = ?, started_seq = ?, started_at = ? "
+                "WHERE run_id = ? AND node_id = ?",
+                (STARTED, tracking.notification_id, at, run_id, node),
+            )
+            self._touch(cursor, run_id, at)
+
+    def settle_node(
+        self, run_id: str, node: str, outcome: str, at: str, tracking: Tracking
+    ) -> None:
+        with self.changes(tracking) as cursor:
+            cursor.execute(
+                "UPDATE run_nodes SET progress = ?, settled_seq = ?, settled_at = ? "
+                "WHERE run_id = ? AND node_id = ?",
+                (outcome, tracking.notification_id, at, run_id, node),
+            )
+            cursor.execute(
+                "UPDATE run_nodes SET waiting = waiting - 1 WHERE run_id = ? AND "
+                "node_id IN (SELECT node_id FROM run_edges WHERE run_id = ? AND "
+                "prerequisite = ?)",
+                (run_id, run_id, node),
+            )
+            cursor.execute(
+                "UPDATE run_nodes SET progress = ? WHERE run_id = ? AND progress = ? "
+                "AND waiting = 0 AND node_id IN (SELECT node_id FROM run_edges "
+                "WHERE run_id = ? AND prerequisite = ?)",
+                (READY, run_id, WAITING, run_id, node),
+            )
+            cursor.execute(
+                "UPDATE runs SET settled_count = settled_count + 1, updated_at = ? "
+                "WHERE id = ?",
+                (at, run_id),
+            )
+
+    def pause(
+        self, run_id: str, node: str, paused: bool, at: str, tracking: Tracking
+    ) -> None:
+        with self.changes(tracking) as cursor:
+            cursor.execute(
+                "UPDATE run_nodes SET paused_seq = ? WHERE run_id = ? AND node_id = ?",
+                (tracking.notification_id if paused else None, run_id, node),
+            )
+            cursor.execute(
+                "UPDATE runs SET paused_count = paused_count + ?, updated_at = ? "
+                "WHERE id = ?",
+                (1 if paused else -1, at, run_id),
+            )
+            cursor.execute(
+                "UPDATE runs SET status = CASE WHEN paused_count > 0 THEN ? ELSE ? END "
+                "WHERE id = ? AND status != ?",
+                (RunStatus.PAUSED, RunStatus.RUNNING, run_id, RunStatus.COMPLETED),
+            )
+
+    def complete(self, run_id: str, at: str, tracking: Tracking) -> None:
+        with self.changes(tracking) as cursor:
+            cursor.execute(
+                "UPDATE runs SET status = ?, updated_at = ? WHERE id = ?",
+                (RunStatus.COMPLETED, at, run_id),
+            )
+
+    @staticmethod
+    def _touch(cursor: Any, run_id: str, at: str) -> None:
+        cursor.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (at, run_id))
+
+    def run_state(self, run_id: str) -> RunState | None:
+        runs = self._select("SELECT * FROM runs WHERE id = ?", (run_id,))
+        if not runs:
+            return None
+        nodes = self._select(
+            "SELECT * FROM run_nodes WHERE run_id = ? ORDER BY position", (run_id,)
+        )
+        edges = self._select(
+            "SELECT node_id, prerequisite FROM run_edges WHERE run_id = ? "
+            "ORDER BY node_id, ordinal",
+            (run_id,),
+        )
+        dag: dict[str, list[str]] = {node["node_id"]: [] for node in nodes}
+        for edge in edges:
+            dag[edge["node_id"]].append(edge["prerequisite"])
+
+        def ordered(key: str, *progress: str) -> tuple[str, ...]:
+            chosen = [
+                n
+                for n in nodes
+                if n[key] is not None and (not progress or n["progress"] in progress)
+            ]
+            return tuple(n["node_id"] for n in sorted(chosen, key=lambda n: n[key]))
+
+        run = runs[0]
+        return RunState(
+            run_id=run_id,
+            status=run["status"],
+            dag={node: tuple(prereqs) for node, prereqs in dag.items()},
+            order=tuple(node["node_id"] for node in nodes),
+            started=ordered("started_seq"),
+            completed=ordered("settled_seq", COMPLETED),
+            skipped=ordered("settled_seq", SKIPPED),
+            ready=tuple(n["node_id"] for n in nodes if n["progress"] == READY),
+            paused_by=ordered("paused_seq"),
+            updated_at=run["updated_at"],
+        )

@@ -1,0 +1,235 @@
+"""``tasks``: one row per task — its state, status, counts and hand-off metadata.
+
+Seed 003 reads it with ``select status, handoff_meta from tasks where id=…``;
+the task index (``tasks(state=, run_id=)``) and the binary-gate half of the gate
+status are served from it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import orjson
+from eventsourcing.persistence import Tracking, TrackingRecorder
+
+from devs.domain.chart import STATUS, TaskState
+from devs.domain.ports import TaskIndexEntry
+from devs.domain.task import Task, TaskEvent, task_id_of
+from devs.projections.base import ReadModelProjection, SQLiteView, folds
+
+Step = Callable[[str], TaskState]
+
+
+class TasksView(TrackingRecorder, ABC):
+    @abstractmethod
+    def insert_task(self, row: dict[str, Any], tracking: Tracking) -> None:
+        """Add a task's first row."""
+
+    @abstractmethod
+    def advance(
+        self, task_id: str, step: Step, changes: dict[str, Any], tracking: Tracking
+    ) -> None:
+        """Move the task to ``step(state)`` and set ``changes``."""
+
+    @abstractmethod
+    def task_row(self, task_id: str) -> dict[str, Any] | None:
+        """Every column of the task's row."""
+
+    @abstractmethod
+    def task_entries(
+        self, *, state: str | None = None, run_id: str | None = None
+    ) -> list[TaskIndexEntry]:
+        """Tasks of one state and/or run, least recently changed first."""
+
+    def task_entry(self, task_id: str) -> TaskIndexEntry | None:
+        row = self.task_row(task_id)
+        return None if row is None else _entry(row)
+
+
+def _entry(row: dict[str, Any]) -> TaskIndexEntry:
+    return TaskIndexEntry(
+        task_id=row["id"],
+        run_id=row["run_id"],
+        state=row["state"],
+        consecutive_failures=row["failure_count"],
+        updated_at=row["updated_at"],
+    )
+
+
+class TasksProjection(ReadModelProjection[TasksView]):
+    view_name = "tasks"
+    process_event = folds()
+
+    @process_event.register
+    def _(self, e: Task.Started, tracking: Tracking) -> None:
+        self.view.insert_task(
+            {
+                "id": e.task_id,
+                "run_id": e.run_id,
+                "agent": e.agent,
+                "state": TaskState.RUNNING,
+                "status": STATUS[TaskState.RUNNING],
+                "failure_count": 0,
+                "starting_commit": e.last_commit,
+                "last_commit": e.last_commit,
+                "created_at": e.timestamp.isoformat(),
+                "updated_at": e.timestamp.isoformat(),
+                "position": tracking.notification_id,
+            },
+            tracking,
+        )
+
+    @process_event.register
+    def _(self, e: TaskEvent, tracking: Tracking) -> None:
+        self._advance(e, tracking)
+
+    @process_event.register
+    def _(self, e: Task.AttemptBegan, tracking: Tracking) -> None:
+        self._advance(e, tracking, current_strategy=e.strategy)
+
+    @process_event.register
+    def _(self, e: Task.GatePassed, tracking: Tracking) -> None:
+        self._advance(
+            e,
+            tracking,
+            failure_count=0,
+            current_strategy=None,
+            last_gate=e.gate,
+            last_gate_passed=1,
+            last_gate_reason=None,
+            last_exit_code=0,
+            last_error_hash=None,
+        )
+
+    @process_event.register
+    def _(self, e: Task.GateFailed, tracking: Tracking) -> None:
+        failure = e.failure
+        self._advance(
+            e,
+            tracking,
+            failure_count=e.consecutive_failures,
+            last_gate=failure.gate,
+            last_gate_passed=0,
+            last_gate_reason=failure.reason,
+            last_exit_code=failure.exit_code,
+            last_error_hash=failure.error_hash,
+        )
+
+    @process_event.register
+    def _(self, e: Task.BlacklistedStrategyAttempted, tracking: Tracking) -> None:
+        self._advance(e, tracking, failure_count=e.consecutive_failures)
+
+    @process_event.register
+    def _(self, e: Task.HandedOff, tracking: Tracking) -> None:
+        payload = e.payload
+        meta = {
+            "failure_count": payload.failure_count,
+            "last_error_hash": payload.last_error_hash,
+            "enqueued_at": payload.enqueued_at.isoformat(),
+            "originating_agent": payload.originating_agent,
+            "last_commit": payload.last_commit,
+        }
+        self._advance(
+            e, tracking, handoff_meta=orjson.dumps(meta).decode(), claimed_by=None
+        )
+
+    @process_event.register
+    def _(self, e: Task.HandoffClaimed, tracking: Tracking) -> None:
+        self._advance(e, tracking, claimed_by=e.actor)
+
+    @process_event.register(Task.HandoffResolved)
+    @process_event.register(Task.Skipped)
+    def _(self, e: TaskEvent, tracking: Tracking) -> None:
+        self._advance(e, tracking, handoff_meta=None, claimed_by=None)
+
+    @process_event.register
+    def _(self, e: Task.Rewound, tracking: Tracking) -> None:
+        changes: dict[str, Any] = {
+            "handoff_meta": None,
+            "claimed_by": None,
+            "current_strategy": None,
+        }
+        if e.to_commit is not None:
+            changes["last_commit"] = e.to_commit
+        self._advance(e, tracking, **changes)
+
+    def _advance(self, e: TaskEvent, tracking: Tracking, **changes: Any) -> None:
+        changes["updated_at"] = e.timestamp.isoformat()
+        changes["position"] = tracking.notification_id
+        self.view.advance(task_id_of(e.originator_id), e.state_after, changes, tracking)
+
+
+class SQLiteTasksView(SQLiteView, TasksView):
+    name: ClassVar[str] = "tasks"
+    schema_version: ClassVar[int] = 1
+    tables: ClassVar[tuple[str, ...]] = ("tasks",)
+    ddl: ClassVar[tuple[str, ...]] = (
+        "CREATE TABLE IF NOT EXISTS tasks ("
+        "id TEXT PRIMARY KEY, "
+        "run_id TEXT, "
+        "agent TEXT, "
+        "state TEXT NOT NULL, "
+        "status TEXT NOT NULL, "
+        "failure_count INTEGER NOT NULL DEFAULT 0, "
+        "starting_commit TEXT, "
+        "last_commit TEXT, "
+        "current_strategy TEXT, "
+        "claimed_by TEXT, "
+        "handoff_meta TEXT, "
+        "last_gate TEXT, "
+        "last_gate_passed INTEGER, "
+        "last_gate_reason TEXT, "
+        "last_exit_code INTEGER, "
+        "last_error_hash TEXT, "
+        "created_at TEXT NOT NULL, "
+        "updated_at TEXT NOT NULL, "
+        "position INTEGER NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS tasks_state ON tasks (state, position)",
+        "CREATE INDEX IF NOT EXISTS tasks_run_id ON tasks (run_id, position)",
+        "CREATE INDEX IF NOT EXISTS tasks_status ON tasks (status)",
+        "CREATE INDEX IF NOT EXISTS tasks_position ON tasks (position)",
+    )
+
+    def insert_task(self, row: dict[str, Any], tracking: Tracking) -> None:
+        columns = ", ".join(row)
+        values = ", ".join(f":{name}" for name in row)
+        with self.changes(tracking) as cursor:
+            cursor.execute(
+                f"INSERT INTO tasks ({columns}) VALUES ({values}) "
+                "ON CONFLICT (id) DO NOTHING",
+                row,
+            )
+
+    def advance(
+        self, task_id: str, step: Step, changes: dict[str, Any], tracking: Tracking
+    ) -> None:
+        with self.changes(tracking) as cursor:
+            cursor.execute("SELECT state FROM tasks WHERE id = ?", (task_id,))
+            found = cursor.fetchone()
+            if found is None:
+                return
+            state = step(found["state"])
+            assignments = {"state": state, "status": STATUS[state], **changes}
+            columns = ", ".join(f"{name} = :{name}" for name in assignments)
+            cursor.execute(
+                f"UPDATE tasks SET {columns} WHERE id = :id",
+                {**assignments, "id": task_id},
+            )
+
+    def task_row(self, task_id: str) -> dict[str, Any] | None:
+        rows = self._select("SELECT * FROM tasks WHERE id = ?", (task_id,))
+        return dict(rows[0]) if rows else None
+
+    def task_entries(
+        self, *, state: str | None = None, run_id: str | None = None
+    ) -> list[TaskIndexEntry]:
+        filters = {"state": state, "run_id": run_id}
+        where = [(name, value) for name, value in filters.items() if value is not None]
+        statement = "SELECT * FROM tasks"
+        if where:
+            statement += " WHERE " + " AND ".join(f"{name} = ?" for name, _ in where)
+        statement += " ORDER BY position, id"
+        rows = self._select(statement, [value for _, value in where])
+        return [_entry(dict(row)) for row in rows]
