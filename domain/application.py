@@ -23,7 +23,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import Any, ClassVar, TypeVar
 
 from eventsourcing.application import AggregateNotFoundError, Application, Repository
@@ -129,18 +129,13 @@ class _StripedLocks:
         self._tasks = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._runs = [threading.Lock() for _ in range(LOCK_STRIPES)]
 
-    @contextmanager
-    def task(self, task_id: str) -> Iterator[None]:
-        with self._tasks[hash(task_id) % LOCK_STRIPES]:
-            yield
+    def task(self, task_id: str) -> threading.Lock:
+        return self._tasks[hash(task_id) % LOCK_STRIPES]
 
-    @contextmanager
-    def run(self, run_id: str | None) -> Iterator[None]:
+    def run(self, run_id: str | None) -> AbstractContextManager[object]:
         if run_id is None:
-            yield
-            return
-        with self._runs[hash(run_id) % LOCK_STRIPES]:
-            yield
+            return nullcontext()
+        return self._runs[hash(run_id) % LOCK_STRIPES]
 
 
 class RecoveryService(Application[str]):
@@ -479,14 +474,12 @@ class RecoveryService(Application[str]):
 
     @validated
     def is_strategy_blacklisted(self, task_id: TaskId, candidate: Strategy) -> bool:
-        self._require_task(task_id)
-        strategies = self.read_models.lesson_strategies(task_id)
+        strategies = self._lesson_strategies(task_id)
         return blacklist.find_match(candidate, strategies) is not None
 
     @validated
     def blacklist_directive(self, task_id: TaskId) -> str:
-        self._require_task(task_id)
-        return blacklist.directive(self.read_models.lesson_strategies(task_id))
+        return blacklist.directive(self._lesson_strategies(task_id))
 
     def pending_sessions(self) -> list[PendingSession]:
         self.read_models.catch_up()
@@ -638,6 +631,14 @@ class RecoveryService(Application[str]):
 
     def _run_of(self, task: Task) -> Run | None:
         return self._get_run(task.run_id) if task.run_id is not None else None
+
+    def _lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        """The task's failed strategies (held in memory by the read model)."""
+        self.read_models.catch_up()
+        strategies = self.read_models.lesson_strategies(task_id)
+        if not strategies:  # a task with lessons exists; one without may not
+            _found(self.read_models.task_entry(task_id), task_id)
+        return strategies
 
     def _require_task(self, task_id: str) -> None:
         self.read_models.catch_up()

@@ -61,9 +61,18 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+# Every pattern above needs one of these literals; text with none of them has
+# nothing to redact, and one scan for them is far cheaper than thirteen.
+_ANCHORS = re.compile(
+    r"(?i:authorization|bearer|basic|://|passw|pwd|secret|token|api[_-]?key"
+    r"|access[_-]?key|private[_-]?key|credential)"
+    r"|-----BEGIN|AKIA|gh[pousr]_|github_pat_|glpat-|sk-|xox[abposr]-|AIza|eyJ"
+)
+
+
 def redact(text: str) -> str:
     """Return ``text`` with every secret-looking substring replaced."""
-    if not text:
+    if not _ANCHORS.search(text):
         return text
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)

@@ -32,8 +32,14 @@ class LessonsView(TrackingRecorder, ABC):
         """The task's lessons, the most recently logged last."""
 
     @abstractmethod
-    def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
-        """The task's failed strategies, in the same order."""
+    def lesson_strategies(
+        self, task_id: str, position: int | None = None
+    ) -> tuple[str, ...]:
+        """The task's failed strategies, in the same order.
+
+        ``position``: the view's tracking position if the caller knows it
+        (it just caught up), so the view need not read it again.
+        """
 
 
 def lesson_id(task_id: str, strategy: str) -> str:
@@ -103,8 +109,11 @@ class SQLiteLessonsView(SQLiteView, LessonsView):
         )
         return [Lesson.model_validate(dict(row)) for row in rows]
 
-    def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
-        position = self.position()
+    def lesson_strategies(
+        self, task_id: str, position: int | None = None
+    ) -> tuple[str, ...]:
+        if position is None:
+            position = self.position()
         cached = self._strategies.get(task_id)
         if cached is not None and cached[0] == position:
             return cached[1]

@@ -199,16 +199,11 @@ class SQLiteRunsView(SQLiteView, RunsView):
                 (outcome, tracking.notification_id, at, run_id, node),
             )
             cursor.execute(
-                "UPDATE run_nodes SET waiting = waiting - 1 WHERE run_id = ? AND "
-                "node_id IN (SELECT node_id FROM run_edges WHERE run_id = ? AND "
-                "prerequisite = ?)",
-                (run_id, run_id, node),
-            )
-            cursor.execute(
-                "UPDATE run_nodes SET progress = ? WHERE run_id = ? AND progress = ? "
-                "AND waiting = 0 AND node_id IN (SELECT node_id FROM run_edges "
+                "UPDATE run_nodes SET waiting = waiting - 1, progress = CASE WHEN "
+                "waiting = 1 AND progress = ? THEN ? ELSE progress END "
+                "WHERE run_id = ? AND node_id IN (SELECT node_id FROM run_edges "
                 "WHERE run_id = ? AND prerequisite = ?)",
-                (READY, run_id, WAITING, run_id, node),
+                (WAITING, READY, run_id, run_id, node),
             )
             cursor.execute(
                 "UPDATE runs SET settled_count = settled_count + 1, updated_at = ? "

@@ -33,7 +33,7 @@ from devs.domain.ports import (
     RunState,
     TaskIndexEntry,
 )
-from devs.projections.base import ReadModelProjection, SQLiteView
+from devs.projections.base import Handler, ReadModelProjection, SQLiteView
 from devs.projections.handoff_queue import SQLiteHandoffQueueView
 from devs.projections.hitl_failure_gates import SQLiteFailureGatesView
 from devs.projections.hitl_sessions import SQLiteHumanSessionsView
@@ -82,6 +82,7 @@ class SQLiteReadModels:
         for view in self.views.values():
             view.setup()
         self._positions: dict[str, int] = {}
+        self._handlers: dict[tuple[str, type[Any]], Handler | None] = {}
 
     @staticmethod
     def _drop_legacy_tables(view: SQLiteView) -> None:
@@ -136,15 +137,26 @@ class SQLiteReadModels:
                 todo = [(e, i) for e, i in page if i > positions[name]]
                 if not todo:
                     continue
-                with view.batch():
+                end = Tracking(view.tracking_name, todo[-1][1])
+                with view.batch(end):
                     for domain_event, notification_id in todo:
-                        projection.process_event(
-                            domain_event, Tracking(view.tracking_name, notification_id)
-                        )
-                positions[name] = todo[-1][1]
+                        handler = self._handler(name, type(domain_event))
+                        if handler is not None:
+                            tracking = Tracking(view.tracking_name, notification_id)
+                            handler(projection, domain_event, tracking)
+                positions[name] = end.notification_id
             start = notifications[-1].id
             if progress is not None:
                 progress(start, last)
+
+    def _handler(self, name: str, event_class: type[Any]) -> Handler | None:
+        key = (name, event_class)
+        try:
+            return self._handlers[key]
+        except KeyError:
+            handler = type(self.projections[name]).handler_for(event_class)
+            self._handlers[key] = handler
+            return handler
 
     def rebuild(
         self,
@@ -220,8 +232,9 @@ class SQLiteReadModels:
         return found
 
     def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        name = SQLiteLessonsView.name
         found: tuple[str, ...] = self._view(SQLiteLessonsView).lesson_strategies(
-            task_id
+            task_id, self._positions.get(name)
         )
         return found
 
