@@ -67,7 +67,3 @@ class PydanticMapper(Mapper[str]):
             raise MapperDeserialisationError(msg) from e
         cls = resolve_topic(stored_event.topic)
         return cast(DomainEventProtocol[str], cls(**event_state))
-
-
-MAPPER_TOPIC = get_topic(PydanticMapper)
-TRANSCODER_TOPIC = get_topic(OrjsonTranscoder)

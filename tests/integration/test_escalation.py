@@ -6,13 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from devs.domain import IllegalTransition, Outcome, RecoveryService
+from devs.domain import GateDecision, IllegalTransition, Outcome, RecoveryService
 from devs.domain.chart import TaskState
 from devs.domain.run import RunStatus
 from tests.helpers import decision_lines, event_count
 
 
-def fail(service: RecoveryService, task_id: str, strategy: str, error: str = "boom"):
+def fail(
+    service: RecoveryService, task_id: str, strategy: str, error: str = "boom"
+) -> GateDecision:
     service.begin_attempt(task_id, strategy)
     return service.record_gate(task_id, 1, gate="tests", error=error, output="trace")
 

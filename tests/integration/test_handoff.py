@@ -11,6 +11,7 @@ import pytest
 
 from devs.domain import IllegalTransition, InvalidInput, Outcome, RecoveryService
 from devs.domain.chart import TaskState
+from devs.domain.names import NotificationKind
 from tests.helpers import decision_lines, event_count
 
 TASK = "task-09-1-handoff"
@@ -80,7 +81,7 @@ def test_handoff_is_not_enqueued_twice(service: RecoveryService) -> None:
         service.record_gate(TASK, 1)
     assert len(service.handoff_queue()) == 1
     kinds = [n.kind for n in service.notifications()]
-    assert kinds.count("HAND_OFF_REQUIRED") == 1
+    assert kinds.count(NotificationKind.HAND_OFF_REQUIRED) == 1
 
 
 def test_payload_contains_no_secrets(service: RecoveryService, db_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -248,7 +249,7 @@ def test_start_task_retries_when_its_run_was_written_meanwhile(
     real_save = RecoveryService.save
     calls = []
 
-    def save_losing_one_race(self: RecoveryService, *objs: object) -> object:
+    def save_losing_one_race(self: RecoveryService, *objs: Any) -> Any:
         calls.append(objs)
         if len(calls) == 1:
             raise IntegrityError("another process wrote run:r1 first")

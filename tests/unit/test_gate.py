@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,12 +40,27 @@ def test_every_non_zero_code_fails_non_zero_exit(code: int) -> None:
     )
 
 
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 @given(st.one_of(st.none(), st.integers()))
-def test_evaluate_is_pure(code: int | None) -> None:
-    assert evaluate(code) == evaluate(code)
-
-
-def test_requirement_annotation_is_present() -> None:
-    import inspect
-
-    assert "REQ: 3_MCP-TAS-041" in inspect.getsource(evaluate)
+def test_evaluate_never_raises_and_logs_nothing(code: int | None) -> None:
+    """Seed 002: side effects live in the service, not in the gate."""
+    collect = _Collect()
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(collect)
+    root.setLevel(logging.DEBUG)
+    try:
+        result = evaluate(code)
+    finally:
+        root.removeHandler(collect)
+        root.setLevel(level)
+    assert collect.records == []
+    assert result.passed is (code == 0)

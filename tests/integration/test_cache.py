@@ -1,0 +1,106 @@
+"""The aggregate cache is optimistic: it never makes a command decide wrongly.
+
+Commands decide on cached aggregates without asking the store for newer events;
+these tests show that a command that fails after mutating leaves no trace in the
+cache, and that a cache made stale by another writer is caught whether the
+command would write (version conflict), refuse (illegal transition) or answer
+without writing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from eventsourcing.persistence import OperationalError
+
+from devs.domain import IllegalTransition, Policy, RecoveryService
+from devs.domain.chart import TaskState
+from tests.helpers import event_count
+
+
+@pytest.fixture
+def other(db_path: Path) -> Any:
+    """A second service on the same file: another process, as far as the
+    first one's cache can tell."""
+    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as app:
+        yield app
+
+
+def test_a_command_that_fails_after_deciding_leaves_the_cache_clean(
+    service: RecoveryService, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service.start_task("t1")
+    service.record_gate("t1", 1)
+    stored = event_count(db_path)
+
+    def broken_disk(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("disk I/O error")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(service.recorder, "insert_events", broken_disk)
+        with pytest.raises(OperationalError):
+            service.record_gate("t1", 1)  # decided (count 2), then could not save
+    assert event_count(db_path) == stored
+    decision = service.record_gate("t1", 1)
+    assert decision.consecutive_failures == 2  # not 3: the failed decision is gone
+    assert service.task("t1").version == 3
+
+
+def test_a_stale_cache_loses_the_version_race_and_decides_again(
+    service: RecoveryService, other: RecoveryService
+) -> None:
+    service.start_task("t1")
+    service.record_gate("t1", 1)  # cached at version 2
+    other.record_gate("t1", 1)  # the store is now at version 3
+    decision = service.record_gate("t1", 1)
+    assert decision.consecutive_failures == 3
+    assert decision.state is TaskState.ESCALATION
+
+
+def test_a_stale_cache_does_not_refuse_what_the_store_allows(
+    service: RecoveryService, other: RecoveryService
+) -> None:
+    patient = Policy(escalation_threshold=1, handoff_threshold=10)
+    with RecoveryService(env={"SQLITE_DBNAME": service.db_path}, policy=patient) as app:
+        app.start_task("t1")
+        app.record_gate("t1", 1)  # escalated; cached here as ESCALATION
+        other.resume("t1", actor="human", reason="go on")
+        decision = app.record_gate("t1", 0)  # stale: ESCALATION refuses gates
+    assert decision.passed
+    assert decision.state is TaskState.COMPLETED
+
+
+def test_a_still_illegal_command_is_refused_after_the_check(
+    service: RecoveryService, other: RecoveryService
+) -> None:
+    service.start_task("t1")
+    service.record_gate("t1", 0)
+    with pytest.raises(IllegalTransition, match="COMPLETED"):
+        service.record_gate("t1", 1)
+
+
+def test_a_stale_cache_does_not_answer_without_writing(
+    service: RecoveryService, other: RecoveryService
+) -> None:
+    service.start_task("t1")
+    first = service.report_entropy("t1", 0.9)  # cached with a pending session
+    other.resume("t1", actor="human", reason="reset")
+    second = service.report_entropy("t1", 0.9)  # stale: would return `first`
+    assert second.triggered
+    assert second.session_id != first.session_id
+    assert [s.session_id for s in service.pending_sessions()] == [second.session_id]
+
+
+def test_commands_from_threads_share_one_cache_safely(db_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    patient = Policy(escalation_threshold=1000, handoff_threshold=1000)
+    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}, policy=patient) as app:
+        app.start_task("shared")
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(lambda _: app.record_gate("shared", 1), range(40)))
+        assert app.task("shared").consecutive_failures == 40
+        counts = [entry.consecutive_failures for entry in app.history("shared")]
+        assert counts == list(range(41))
