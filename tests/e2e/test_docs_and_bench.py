@@ -109,3 +109,53 @@ def test_cli_doc_covers_every_command_and_exit_code() -> None:
         assert f"`devs {path}" in text, f"docs/cli.md does not document devs {path}"
     for code in ExitCode:
         assert f"| {code.value} | {code.name} |" in text
+
+
+def _layer_diagram() -> tuple[list[str], set[tuple[str, str]]]:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = re.search(r"```mermaid\nflowchart TB\n(.+?)```", text, re.S)
+    assert block is not None, "docs/architecture.md has no layer flowchart"
+    nodes = re.findall(r'^\s*(\w+)\["(devs\.\w+)', block.group(1), re.M)
+    names = dict(nodes)
+    arrows = {
+        (names[a], names[b])
+        for a, b in re.findall(r"^\s*(\w+) --> (\w+)\s*$", block.group(1), re.M)
+    }
+    return [package for _, package in nodes], arrows
+
+
+def _real_layer_imports() -> set[tuple[str, str]]:
+    import ast
+
+    folders = {"domain": "devs.domain", "projections": "devs.projections"}
+    folders["adapters"] = "devs.adapters"
+    found: set[tuple[str, str]] = set()
+    for folder, package in folders.items():
+        for path in (ROOT / folder).glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
+                for name in names:
+                    target = ".".join(name.split(".")[:2])
+                    if target in folders.values() and target != package:
+                        found.add((package, target))
+    return found
+
+
+def test_architecture_diagram_matches_the_import_contract_and_the_code() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    [contract] = config["tool"]["importlinter"]["contracts"]
+    assert contract["type"] == "layers"
+    layers, arrows = _layer_diagram()
+    assert layers == contract["layers"], "diagram layers differ from the contract"
+    rank = {package: index for index, package in enumerate(layers)}
+    for source, target in arrows:
+        assert rank[source] < rank[target], f"{source} --> {target} points outward"
+    assert _real_layer_imports() == arrows
