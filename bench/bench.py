@@ -53,7 +53,7 @@ from devs.domain import Policy, RecoveryService
 LESSON_LENGTH = 2_000
 ALPHABET = string.ascii_lowercase + " "  # redaction leaves such text unchanged
 CHAINS = 100  # run DAG: node i waits for node i - CHAINS
-ROUNDS = 10
+ROUNDS = 12  # a multiple of 2 and 3: each leg takes each place equally often
 NO_LANGGRAPH_ENV = "DEVS_BENCH_NO_LANGGRAPH"
 NOT_INSTALLED = "langgraph not installed (pip install '.[bench]')"
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
@@ -192,7 +192,8 @@ class Decisions:
 def decisions_beside_baselines(base: Path, decisions: int, steps: int) -> Decisions:
     """``record_gate`` decisions/s, raw rows/s and LangGraph steps/s, in rounds.
 
-    Each round runs its share of all three in turn.
+    Each round runs its share of all three in turn, in an order that rotates
+    from round to round.
     """
     app = service(base / "decisions.sqlite")
     tasks = [f"task-{i}" for i in range(max(20, decisions // 200))]
@@ -209,29 +210,41 @@ def decisions_beside_baselines(base: Path, decisions: int, steps: int) -> Decisi
         stepper.step()  # creates the tables; one warm-up step
     per_round = max(1, decisions // ROUNDS)
     steps_per_round = max(1, steps // ROUNDS)
-    ours = floor = graph = 0.0
+    seconds = {"ours": 0.0, "floor": 0.0, "graph": 0.0}
     done = 0
-    for _ in range(ROUNDS):
-        start = time.perf_counter()
+
+    def decide() -> None:
         for i in range(done, done + per_round):
             app.record_gate(
                 tasks[i % len(tasks)], 1, gate="tests", error="assert 1 == 2"
             )
-        ours += time.perf_counter() - start
-        start = time.perf_counter()
+
+    def insert() -> None:
         for i in range(done, done + per_round):
             raw.execute("BEGIN")
             raw.execute(
                 "INSERT INTO rows (task, code) VALUES (?, ?)", (f"t{i % 20}", 1)
             )
             raw.execute("COMMIT")
-        floor += time.perf_counter() - start
-        if stepper is not None:
+
+    def step() -> None:
+        assert stepper is not None
+        for _ in range(steps_per_round):
+            stepper.step()
+
+    legs: list[tuple[str, Callable[[], None]]] = [("ours", decide), ("floor", insert)]
+    if stepper is not None:
+        legs.append(("graph", step))
+    for round_number in range(ROUNDS):
+        # Rotate the order, so that no leg always runs right after another's
+        # writes are being flushed.
+        shift = round_number % len(legs)
+        for name, leg in legs[shift:] + legs[:shift]:
             start = time.perf_counter()
-            for _ in range(steps_per_round):
-                stepper.step()
-            graph += time.perf_counter() - start
+            leg()
+            seconds[name] += time.perf_counter() - start
         done += per_round
+    ours, floor, graph = seconds["ours"], seconds["floor"], seconds["graph"]
     raw.close()
     app.close()
     step_rate = step_mode = None

@@ -12,7 +12,7 @@ from unittest import skip
 from eventsourcing.tests import persistence as contract
 
 from devs.adapters.persistence import OrjsonTranscoder
-from devs.domain import RecoveryService
+from devs.domain import Policy, RecoveryService
 from devs.domain.task import Task
 
 
@@ -139,3 +139,13 @@ def test_a_second_process_sees_the_first_process_counts(db_path: Path) -> None:
         timeout=60,
     ).stdout.split()
     assert out == ["2", "2", "escalate"]
+
+
+def test_save_takes_events_as_well_as_aggregates(service: RecoveryService) -> None:
+    """RecoveryService.save collects its own aggregates directly; anything else
+    (here: bare events) still goes through eventsourcing's own save."""
+    task = Task(task_id="t9", run_id=None, agent=None, last_commit="c", policy=Policy())
+    recordings = service.save(*task.collect_events())
+    assert [r.domain_event.originator_id for r in recordings] == ["task:t9"]
+    assert service.task("t9").starting_commit == "c"
+    assert service.save(None) == []
