@@ -23,7 +23,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any, ClassVar, TypeVar
 
 from eventsourcing.application import (
@@ -54,7 +54,7 @@ from devs.domain.errors import (
     UnknownRun,
     UnknownTask,
 )
-from devs.domain.gate import evaluate
+from devs.domain.gate import GateResult, evaluate
 from devs.domain.model import Aggregate
 from devs.domain.names import HumanAction, Resolution
 from devs.domain.policy import Policy, load_policy
@@ -252,28 +252,18 @@ class RecoveryService(Application[str]):
                 try:
                     self._decide_and_save(task, run, lambda _: None)
                 except _Stale:
-                    attempt.retry()
-                    continue
-                return _summary(task)
+                    pass
+                else:
+                    return _summary(task)
+            attempt.retry()
         raise AssertionError  # pragma: no cover
 
     @validated
     def begin_attempt(self, task_id: TaskId, strategy: Strategy) -> AttemptDecision:
         """Check a strategy against the task's lessons before any LLM call."""
-        matched, task, _ = self._command(task_id, lambda t: t.begin_attempt(strategy))
-        stopped = matched is not None
-        return AttemptDecision(
-            task_id=task.task_id,
-            proceed=not stopped,
-            blacklisted=stopped,
-            matched_strategy=matched,
-            directive=blacklist.directive(task.lessons),
-            state=task.state,
-            consecutive_failures=task.consecutive_failures,
-            outcome=_STATE_OUTCOMES[task.state] if stopped else None,
-            session_id=task.pending_session_id,
-            report=task.report() if task.state is TaskState.ESCALATION else None,
-        )
+        with self._command(task_id, lambda t: t.begin_attempt(strategy)) as decided:
+            matched, task, _ = decided
+            return _attempt_decision(task, matched)
 
     @validated
     def record_gate(
@@ -294,49 +284,32 @@ class RecoveryService(Application[str]):
                 result, gate=gate, strategy=strategy, error=error, output=output
             )
 
-        _, task, run = self._command(task_id, decide)
-        next_node = run.next_node() if run is not None else None
-        if result.passed:
-            outcome = Outcome.ADVANCE if next_node is not None else Outcome.COMPLETE
-        else:
-            outcome = _STATE_OUTCOMES[task.state]
-        last_failure = task.failures[-1] if not result.passed else None
-        return GateDecision(
-            task_id=task.task_id,
-            gate=gate,
-            passed=result.passed,
-            reason=result.reason,
-            exit_code=result.exit_code,
-            outcome=outcome,
-            state=task.state,
-            consecutive_failures=task.consecutive_failures,
-            next_node=next_node if result.passed else None,
-            session_id=task.pending_session_id,
-            report=task.report() if outcome is Outcome.ESCALATE else None,
-            error_hash=last_failure.error_hash if last_failure else None,
-        )
+        with self._command(task_id, decide) as (_, task, run):
+            return _gate_decision(task, run, result, gate)
 
     @validated
     def report_entropy(self, task_id: TaskId, score: EntropyScore) -> EntropyDecision:
         """Pause the task for a human when the agent's entropy reaches the limit."""
-        session, task, _ = self._command(task_id, lambda t: t.report_entropy(score))
-        return EntropyDecision(
-            task_id=task.task_id,
-            score=score,
-            threshold=task.policy.hitl_entropy_threshold,
-            triggered=session is not None,
-            session_id=session.session_id if session else None,
-            state=task.state,
-        )
+        with self._command(task_id, lambda t: t.report_entropy(score)) as decided:
+            session, task, _ = decided
+            return EntropyDecision(
+                task_id=task.task_id,
+                score=score,
+                threshold=task.policy.hitl_entropy_threshold,
+                triggered=session is not None,
+                session_id=session.session_id if session else None,
+                state=task.state,
+            )
 
     @validated
     def log_lesson(
         self, task_id: TaskId, failed_strategy: Strategy, rca_summary: RcaSummary
     ) -> Lesson:
         """Record what a root-cause analysis learned; the strategy is blacklisted."""
-        logged, _, _ = self._command(
+        with self._command(
             task_id, lambda t: t.log_lesson(failed_strategy, rca_summary)
-        )
+        ) as (logged, _, _):
+            pass
         return Lesson(
             task_id=task_id,
             failed_strategy=logged.strategy,
@@ -347,10 +320,12 @@ class RecoveryService(Application[str]):
     @validated
     def resume(self, task_id: TaskId, *, actor: Actor, reason: Reason) -> ActionResult:
         """A human lets the agent go on after an escalation or a pause."""
-        session_id, task, run = self._command(
-            task_id, lambda t: t.resume(actor=actor, reason=reason)
-        )
-        return _acted(task, run, HumanAction.RESUME, actor, reason, session_id)
+        with self._command(task_id, lambda t: t.resume(actor=actor, reason=reason)) as (
+            session_id,
+            task,
+            run,
+        ):
+            return _acted(task, run, HumanAction.RESUME, actor, reason, session_id)
 
     @validated
     def rewind(
@@ -362,32 +337,38 @@ class RecoveryService(Application[str]):
         to_commit: CommitId | None = None,
     ) -> ActionResult:
         """A human sends the task back to work from a commit (default: its start)."""
-        session_id, task, run = self._command(
+        with self._command(
             task_id, lambda t: t.rewind(actor=actor, reason=reason, to_commit=to_commit)
-        )
-        return _acted(
-            task,
-            run,
-            HumanAction.REWIND,
-            actor,
-            reason,
-            session_id,
-            to_commit=task.last_commit,
-        )
+        ) as (session_id, task, run):
+            return _acted(
+                task,
+                run,
+                HumanAction.REWIND,
+                actor,
+                reason,
+                session_id,
+                to_commit=task.last_commit,
+            )
 
     @validated
     def skip(self, task_id: TaskId, *, actor: Actor, reason: Reason) -> ActionResult:
         """A human skips the task; its run moves on."""
-        session_id, task, run = self._command(
-            task_id, lambda t: t.skip(actor=actor, reason=reason)
-        )
-        return _acted(task, run, HumanAction.SKIP, actor, reason, session_id)
+        with self._command(task_id, lambda t: t.skip(actor=actor, reason=reason)) as (
+            session_id,
+            task,
+            run,
+        ):
+            return _acted(task, run, HumanAction.SKIP, actor, reason, session_id)
 
     @validated
     def claim_handoff(self, task_id: TaskId, *, actor: Actor) -> ActionResult:
         """A human takes a handed-off task from the queue."""
-        _, task, _ = self._command(task_id, lambda t: t.claim_handoff(actor=actor))
-        return _acted(task, None, HumanAction.CLAIM, actor, None, None)
+        with self._command(task_id, lambda t: t.claim_handoff(actor=actor)) as (
+            _,
+            task,
+            _,
+        ):
+            return _acted(task, None, HumanAction.CLAIM, actor, None, None)
 
     @validated
     def resolve_handoff(
@@ -398,13 +379,13 @@ class RecoveryService(Application[str]):
         The hand-off must have been claimed first.
         """
         chosen = Resolution(choice("resolution", resolution, list(Resolution)))
-        _, task, run = self._command(
+        with self._command(
             task_id,
             lambda t: t.resolve_handoff(actor=actor, resolution=chosen, reason=reason),
-        )
-        return _acted(
-            task, run, HumanAction.RESOLVE, actor, reason, None, resolution=chosen
-        )
+        ) as (_, task, run):
+            return _acted(
+                task, run, HumanAction.RESOLVE, actor, reason, None, resolution=chosen
+            )
 
     # ================================================================ queries
 
@@ -556,13 +537,16 @@ class RecoveryService(Application[str]):
 
     # ============================================================== internals
 
+    @contextmanager
     def _command(
         self, task_id: str, decide: Callable[[Task], T]
-    ) -> tuple[T, Task, Run | None]:
+    ) -> Iterator[tuple[T, Task, Run | None]]:
         """Get the task and its run, let the task decide, let the run react, save.
 
-        Retries, on fresh aggregates, a command that lost a race to another
-        writer or decided on a stale cache.
+        Yields what ``decide`` returned with the saved task and run, still
+        holding their locks: the caller builds its answer from them before
+        another thread can change them. Retries, on fresh aggregates, a
+        command that lost a race to another writer or decided on a stale cache.
         """
         for attempt in self._attempts():
             with self._locks.task(task_id):
@@ -571,11 +555,13 @@ class RecoveryService(Application[str]):
                     run = self._run_of(task)
                     try:
                         outcome = self._decide_and_save(task, run, decide)
+                        saved = True
                     except _Stale:
-                        attempt.retry()
-                        continue
-                    return outcome, task, run
-        raise AssertionError  # pragma: no cover
+                        saved = False
+                    if saved:
+                        yield outcome, task, run
+                        return
+            attempt.retry()
 
     def _decide_and_save(
         self, task: Task, run: Run | None, decide: Callable[[Task], T]
@@ -686,6 +672,47 @@ class _Attempt:
 
     def retry(self) -> None:
         time.sleep(random.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**self.number))
+
+
+def _attempt_decision(task: Task, matched: str | None) -> AttemptDecision:
+    stopped = matched is not None
+    return AttemptDecision(
+        task_id=task.task_id,
+        proceed=not stopped,
+        blacklisted=stopped,
+        matched_strategy=matched,
+        directive=blacklist.directive(task.lessons),
+        state=task.state,
+        consecutive_failures=task.consecutive_failures,
+        outcome=_STATE_OUTCOMES[task.state] if stopped else None,
+        session_id=task.pending_session_id,
+        report=task.report() if task.state is TaskState.ESCALATION else None,
+    )
+
+
+def _gate_decision(
+    task: Task, run: Run | None, result: GateResult, gate: str | None
+) -> GateDecision:
+    next_node = run.next_node() if run is not None else None
+    if result.passed:
+        outcome = Outcome.ADVANCE if next_node is not None else Outcome.COMPLETE
+    else:
+        outcome = _STATE_OUTCOMES[task.state]
+    last_failure = task.failures[-1] if not result.passed else None
+    return GateDecision(
+        task_id=task.task_id,
+        gate=gate,
+        passed=result.passed,
+        reason=result.reason,
+        exit_code=result.exit_code,
+        outcome=outcome,
+        state=task.state,
+        consecutive_failures=task.consecutive_failures,
+        next_node=next_node if result.passed else None,
+        session_id=task.pending_session_id,
+        report=task.report() if outcome is Outcome.ESCALATE else None,
+        error_hash=last_failure.error_hash if last_failure else None,
+    )
 
 
 def _found(value: T | None, task_id: str) -> T:

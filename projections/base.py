@@ -176,6 +176,27 @@ class SQLiteView(SQLiteTrackingRecorder):
             )
             self._insert_tracking(cursor, Tracking(self.tracking_name, 0))
 
+    @staticmethod
+    def _insert(
+        cursor: SQLiteCursor, table: str, row: dict[str, Any], tail: str = ""
+    ) -> None:
+        """``INSERT INTO table (columns) VALUES (…)`` from ``row`` (then ``tail``)."""
+        columns = ", ".join(row)
+        values = ", ".join(f":{name}" for name in row)
+        cursor.execute(f"INSERT INTO {table} ({columns}) VALUES ({values}) {tail}", row)
+
+    @staticmethod
+    def _update(
+        cursor: SQLiteCursor, table: str, key: tuple[str, str], changes: dict[str, Any]
+    ) -> None:
+        """``UPDATE table SET …`` from ``changes`` where ``key`` matches."""
+        column, value = key
+        assignments = ", ".join(f"{name} = :{name}" for name in changes)
+        cursor.execute(
+            f"UPDATE {table} SET {assignments} WHERE {column} = :_key",
+            {**changes, "_key": value},
+        )
+
     # ---------------------------------------------------------------- reads
 
     def _select(self, statement: str, params: Any = ()) -> list[Any]:

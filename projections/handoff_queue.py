@@ -53,6 +53,8 @@ class HandoffQueueProjection(ReadModelProjection[HandoffQueueView]):
                 "enqueued_at": payload.enqueued_at.isoformat(),
                 "payload": payload.model_dump_json(),
                 "position": tracking.notification_id,
+                "claimed_by": None,
+                "claimed_at": None,
             },
             tracking,
         )
@@ -91,12 +93,13 @@ class SQLiteHandoffQueueView(SQLiteView, HandoffQueueView):
     )
 
     def enqueue(self, row: dict[str, Any], tracking: Tracking) -> None:
-        columns = ", ".join(row)
-        values = ", ".join(f":{name}" for name in row)
         with self.changes(tracking) as cursor:
-            cursor.execute(
-                f"INSERT OR REPLACE INTO handoff_queue ({columns}) VALUES ({values})",
+            self._insert(
+                cursor,
+                "handoff_queue",
                 row,
+                "ON CONFLICT (task_id) DO UPDATE SET "
+                + ", ".join(f"{name} = excluded.{name}" for name in row),
             )
 
     def claim(self, task_id: str, actor: str, at: str, tracking: Tracking) -> None:

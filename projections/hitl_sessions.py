@@ -114,23 +114,14 @@ class SQLiteHumanSessionsView(SQLiteView, HumanSessionsView):
     )
 
     def open_session(self, row: dict[str, Any], tracking: Tracking) -> None:
-        columns = ", ".join(row)
-        values = ", ".join(f":{name}" for name in row)
         with self.changes(tracking) as cursor:
-            cursor.execute(
-                f"INSERT OR REPLACE INTO hitl_sessions ({columns}) VALUES ({values})",
-                row,
-            )
+            self._insert(cursor, "hitl_sessions", row, "ON CONFLICT (id) DO NOTHING")
 
     def answer(
         self, session_id: str, answer: dict[str, Any], tracking: Tracking
     ) -> None:
-        columns = ", ".join(f"{name} = :{name}" for name in answer)
         with self.changes(tracking) as cursor:
-            cursor.execute(
-                f"UPDATE hitl_sessions SET {columns} WHERE id = :id",
-                {**answer, "id": session_id},
-            )
+            self._update(cursor, "hitl_sessions", ("id", session_id), answer)
 
     def pending_sessions(self) -> list[PendingSession]:
         rows = self._select(

@@ -144,17 +144,17 @@ class SQLiteTaskFailuresView(SQLiteView, TaskFailuresView):
             strategies: list[str] = orjson.loads(found["failed_strategies"])
             if strategy and strategy not in strategies:
                 strategies = [*strategies, strategy][-FAILED_STRATEGIES_CAP:]
-            self._update(
-                cursor,
-                task_id,
-                {**failure, "failed_strategies": orjson.dumps(strategies).decode()},
-            )
+            changes = {
+                **failure,
+                "failed_strategies": orjson.dumps(strategies).decode(),
+            }
+            self._update(cursor, "task_failures", ("task_id", task_id), changes)
 
     def update_row(
         self, task_id: str, changes: dict[str, Any], tracking: Tracking
     ) -> None:
         with self.changes(tracking) as cursor:
-            self._update(cursor, task_id, changes)
+            self._update(cursor, "task_failures", ("task_id", task_id), changes)
 
     def count_escalation(
         self, task_id: str, report: str, at: str, tracking: Tracking
@@ -165,14 +165,6 @@ class SQLiteTaskFailuresView(SQLiteView, TaskFailuresView):
                 "last_escalation = ?, updated_at = ? WHERE task_id = ?",
                 (report, at, task_id),
             )
-
-    @staticmethod
-    def _update(cursor: Any, task_id: str, changes: dict[str, Any]) -> None:
-        columns = ", ".join(f"{name} = :{name}" for name in changes)
-        cursor.execute(
-            f"UPDATE task_failures SET {columns} WHERE task_id = :task_id",
-            {**changes, "task_id": task_id},
-        )
 
     def failure_report(self, task_id: str) -> FailureReport | None:
         rows = self._select("SELECT * FROM task_failures WHERE task_id = ?", (task_id,))

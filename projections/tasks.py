@@ -193,14 +193,8 @@ class SQLiteTasksView(SQLiteView, TasksView):
     )
 
     def insert_task(self, row: dict[str, Any], tracking: Tracking) -> None:
-        columns = ", ".join(row)
-        values = ", ".join(f":{name}" for name in row)
         with self.changes(tracking) as cursor:
-            cursor.execute(
-                f"INSERT INTO tasks ({columns}) VALUES ({values}) "
-                "ON CONFLICT (id) DO NOTHING",
-                row,
-            )
+            self._insert(cursor, "tasks", row, "ON CONFLICT (id) DO NOTHING")
 
     def advance(
         self, task_id: str, step: Step, changes: dict[str, Any], tracking: Tracking
@@ -212,11 +206,7 @@ class SQLiteTasksView(SQLiteView, TasksView):
                 return
             state = step(found["state"])
             assignments = {"state": state, "status": STATUS[state], **changes}
-            columns = ", ".join(f"{name} = :{name}" for name in assignments)
-            cursor.execute(
-                f"UPDATE tasks SET {columns} WHERE id = :id",
-                {**assignments, "id": task_id},
-            )
+            self._update(cursor, "tasks", ("id", task_id), assignments)
 
     def task_row(self, task_id: str) -> dict[str, Any] | None:
         rows = self._select("SELECT * FROM tasks WHERE id = ?", (task_id,))

@@ -104,3 +104,25 @@ def test_commands_from_threads_share_one_cache_safely(db_path: Path) -> None:
         assert app.task("shared").consecutive_failures == 40
         counts = [entry.consecutive_failures for entry in app.history("shared")]
         assert counts == list(range(41))
+
+
+def test_threads_driving_tasks_of_one_run(db_path: Path) -> None:
+    """Tasks of one run in many threads share the cached run: every node
+    settles once and the run completes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    nodes = [f"n{i}" for i in range(24)]
+    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as app:
+        app.start_run("r1", {node: [] for node in nodes})
+
+        def work(node: str) -> str | None:
+            app.start_task(node, run_id="r1")
+            app.record_gate(node, 1)
+            return app.record_gate(node, 0).next_node
+
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            list(pool.map(work, nodes))
+        state = app.run_state("r1")
+        assert state.status == "COMPLETED"
+        assert sorted(state.completed) == sorted(nodes)
+        assert state.ready == ()
