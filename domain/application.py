@@ -69,7 +69,7 @@ from devs.domain.ports import (
     TaskIndexEntry,
 )
 from devs.domain.reactions import react
-from devs.domain.run import Run
+from devs.domain.run import NodeOutcome, Run
 from devs.domain.task import Task
 from devs.domain.values import (
     Actor,
@@ -776,8 +776,10 @@ def _run_state(run: Run) -> RunState:
         dag=dict(run.dag),
         order=run.order,
         started=tuple(run.started),
-        completed=tuple(n for n, o in run.settled.items() if o == "completed"),
-        skipped=tuple(n for n, o in run.settled.items() if o == "skipped"),
+        completed=tuple(
+            n for n, o in run.settled.items() if o == NodeOutcome.COMPLETED
+        ),
+        skipped=tuple(n for n, o in run.settled.items() if o == NodeOutcome.SKIPPED),
         ready=run.ready_nodes(),
         paused_by=tuple(run.paused_by),
         updated_at=run.modified_on,

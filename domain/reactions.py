@@ -15,7 +15,7 @@ from typing import Any
 
 from devs.domain.chart import TaskState
 from devs.domain.names import Resolution
-from devs.domain.run import Run
+from devs.domain.run import NodeOutcome, Run
 from devs.domain.task import Task, TaskEvent, task_id_of
 
 
@@ -37,7 +37,7 @@ def _(e: Task.Started, run: Run) -> None:
 
 @_react.register
 def _(e: Task.GatePassed, run: Run) -> None:
-    run.settle(task_id_of(e.originator_id), "completed")
+    run.settle(task_id_of(e.originator_id), NodeOutcome.COMPLETED)
 
 
 @_react.register(Task.Escalated)
@@ -57,7 +57,7 @@ def _(e: TaskEvent, run: Run) -> None:
 
 @_react.register
 def _(e: Task.Skipped, run: Run) -> None:
-    run.settle(task_id_of(e.originator_id), "skipped")
+    run.settle(task_id_of(e.originator_id), NodeOutcome.SKIPPED)
 
 
 @_react.register
@@ -66,6 +66,6 @@ def _(e: Task.HandoffResolved, run: Run) -> None:
     if e.resolution is Resolution.RETURN:
         run.resume(node)
     elif e.resolution is Resolution.COMPLETE:
-        run.settle(node, "completed")
+        run.settle(node, NodeOutcome.COMPLETED)
     else:
-        run.settle(node, "skipped")
+        run.settle(node, NodeOutcome.SKIPPED)

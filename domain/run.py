@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from graphlib import CycleError, TopologicalSorter
 from types import MappingProxyType
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from eventsourcing.domain import event
 from eventsourcing.utils import register_topic
@@ -24,7 +24,12 @@ from devs.domain.model import (
     SnapshotState,
 )
 
-NodeOutcome = Literal["completed", "skipped"]
+
+class NodeOutcome(StrEnum):
+    """How a node settled (stored as its value)."""
+
+    COMPLETED = "completed"
+    SKIPPED = "skipped"
 
 
 class RunStatus(StrEnum):

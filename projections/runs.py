@@ -14,16 +14,12 @@ from typing import Any, ClassVar
 from eventsourcing.persistence import Tracking, TrackingRecorder
 
 from devs.domain.ports import RunState
-from devs.domain.run import Run, RunStatus
+from devs.domain.run import NodeOutcome, Run, RunStatus
 from devs.projections.base import ReadModelProjection, SQLiteView, folds
 
-WAITING, READY, STARTED, COMPLETED, SKIPPED = (
-    "waiting",
-    "ready",
-    "started",
-    "completed",
-    "skipped",
-)
+WAITING, READY, STARTED = "waiting", "ready", "started"
+COMPLETED, SKIPPED = NodeOutcome.COMPLETED.value, NodeOutcome.SKIPPED.value
+"""A node's ``progress``: waiting, ready, started, then how it settled."""
 
 
 def run_id_of(originator_id: str) -> str:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from devs.domain.errors import IllegalTransition, InvalidInput
-from devs.domain.run import Run, RunStatus, topological_order
+from devs.domain.run import NodeOutcome, Run, RunStatus, topological_order
 
 
 def status_of(run: Run) -> RunStatus:
@@ -25,20 +25,20 @@ def test_ready_nodes_follow_prerequisites() -> None:
     assert run.ready_nodes() == ("a",)
     run.start_node("a")
     assert run.ready_nodes() == ()
-    run.settle("a", "completed")
+    run.settle("a", NodeOutcome.COMPLETED)
     assert run.ready_nodes() == ("b", "c")
     run.start_node("b")
-    run.settle("b", "skipped")  # skipped counts as settled
+    run.settle("b", NodeOutcome.SKIPPED)  # skipped counts as settled
     assert run.next_node() == "c"
     run.start_node("c")
-    run.settle("c", "completed")
+    run.settle("c", NodeOutcome.COMPLETED)
     assert run.next_node() == "d"
 
 
 def test_last_node_completes_the_run() -> None:
     run = Run.start("r1", {"a": ()})
     run.start_node("a")
-    run.settle("a", "completed")
+    run.settle("a", NodeOutcome.COMPLETED)
     assert run.status is RunStatus.COMPLETED
     assert run.next_node() is None
 
@@ -68,7 +68,7 @@ def test_settling_a_paused_task_resumes_the_run() -> None:
     run = diamond()
     run.start_node("a")
     run.pause("a", "HAND_OFF")
-    run.settle("a", "skipped")
+    run.settle("a", NodeOutcome.SKIPPED)
     assert run.status is RunStatus.RUNNING
 
 
@@ -112,7 +112,7 @@ def test_topological_order_puts_prerequisites_first(size: int, rnd: object) -> N
 def test_snapshot_round_trip() -> None:
     run = diamond()
     run.start_node("a")
-    run.settle("a", "completed")
+    run.settle("a", NodeOutcome.COMPLETED)
     run.collect_events()
     restored = Run.Snapshot.model_validate_json(
         Run.Snapshot.take(run).model_dump_json()
