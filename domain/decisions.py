@@ -1,4 +1,5 @@
-"""What the service's commands answer, and what it reads off an aggregate."""
+"""What the service's commands answer, what it reads off an aggregate, and how
+those answers are built from the aggregates a command just saved."""
 
 from __future__ import annotations
 
@@ -6,17 +7,20 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from devs.domain.chart import TaskState
-from devs.domain.gate import GateFailureReason
+from devs.domain import blacklist
+from devs.domain.chart import STATUS, TaskState
+from devs.domain.gate import GateFailureReason, GateResult
 from devs.domain.model import Immutable
 from devs.domain.names import HumanAction, NotificationKind, Resolution
 from devs.domain.policy import Policy
-from devs.domain.run import RunStatus
+from devs.domain.ports import RunState
+from devs.domain.run import NodeOutcome, Run, RunStatus
 from devs.domain.task import (
     FailureAnalysisReport,
     FailureRecord,
     HandoffPayload,
     HumanSession,
+    Task,
 )
 
 
@@ -125,3 +129,120 @@ class Notification(Immutable):
     session_id: str | None = None
     reason: str | None = None
     failure_count: int | None = None
+
+
+# --------------------------------------------------------------- building them
+
+STATE_OUTCOMES = {
+    TaskState.GATE_FAILED: Outcome.STAY,
+    TaskState.RUNNING: Outcome.STAY,
+    TaskState.PAUSED: Outcome.PAUSE,
+    TaskState.ESCALATION: Outcome.ESCALATE,
+    TaskState.HAND_OFF: Outcome.HAND_OFF,
+}
+
+
+def attempt_decision(task: Task, matched: str | None) -> AttemptDecision:
+    stopped = matched is not None
+    return AttemptDecision(
+        task_id=task.task_id,
+        proceed=not stopped,
+        blacklisted=stopped,
+        matched_strategy=matched,
+        directive=blacklist.directive(task.lessons),
+        state=task.state,
+        consecutive_failures=task.consecutive_failures,
+        outcome=STATE_OUTCOMES[task.state] if stopped else None,
+        session_id=task.pending_session_id,
+        report=task.report() if task.state is TaskState.ESCALATION else None,
+    )
+
+
+def gate_decision(
+    task: Task, run: Run | None, result: GateResult, gate: str | None
+) -> GateDecision:
+    next_node = run.next_node() if run is not None else None
+    if result.passed:
+        outcome = Outcome.ADVANCE if next_node is not None else Outcome.COMPLETE
+    else:
+        outcome = STATE_OUTCOMES[task.state]
+    last_failure = task.failures[-1] if not result.passed else None
+    return GateDecision(
+        task_id=task.task_id,
+        gate=gate,
+        passed=result.passed,
+        reason=result.reason,
+        exit_code=result.exit_code,
+        outcome=outcome,
+        state=task.state,
+        consecutive_failures=task.consecutive_failures,
+        next_node=next_node if result.passed else None,
+        session_id=task.pending_session_id,
+        report=task.report() if outcome is Outcome.ESCALATE else None,
+        error_hash=last_failure.error_hash if last_failure else None,
+    )
+
+
+def action_result(
+    task: Task,
+    run: Run | None,
+    action: HumanAction,
+    actor: str,
+    reason: str | None,
+    session_id: str | None,
+    *,
+    to_commit: str | None = None,
+    resolution: Resolution | None = None,
+) -> ActionResult:
+    return ActionResult(
+        task_id=task.task_id,
+        action=action,
+        actor=actor,
+        reason=reason,
+        state=task.state,
+        resolved_session_id=session_id,
+        resolution=resolution,
+        to_commit=to_commit,
+        next_node=run.next_node() if run is not None else None,
+        run_status=run.status if run is not None else None,
+    )
+
+
+def task_summary(task: Task) -> TaskSummary:
+    return TaskSummary(
+        task_id=task.task_id,
+        run_id=task.run_id,
+        agent=task.agent,
+        state=task.state,
+        status=STATUS[TaskState(task.state)],
+        consecutive_failures=task.consecutive_failures,
+        policy=task.policy,
+        starting_commit=task.starting_commit,
+        last_commit=task.last_commit,
+        current_strategy=task.current_strategy,
+        failure_history=tuple(task.failures),
+        lessons=tuple(task.lessons),
+        pending_session=task.pending_session,
+        handoff=task.handoff,
+        claimed_by=task.claimed_by,
+        version=task.version,
+        created_on=task.created_on,
+        modified_on=task.modified_on,
+    )
+
+
+def run_state_of(run: Run) -> RunState:
+    return RunState(
+        run_id=run.run_id,
+        status=run.status,
+        dag=dict(run.dag),
+        order=run.order,
+        started=tuple(run.started),
+        completed=tuple(
+            n for n, o in run.settled.items() if o == NodeOutcome.COMPLETED
+        ),
+        skipped=tuple(n for n, o in run.settled.items() if o == NodeOutcome.SKIPPED),
+        ready=run.ready_nodes(),
+        paused_by=tuple(run.paused_by),
+        updated_at=run.modified_on,
+    )

@@ -1,0 +1,272 @@
+"""How a command gets, decides and saves: the optimistic cache and its guards.
+
+:class:`TaskCommands` is the base of ``RecoveryService``. A command loads the
+task (and its run) from eventsourcing's repository cache *without* asking the
+store for newer events (``AGGREGATE_CACHE_FASTFORWARD=n``) and without copying
+it (``DEEPCOPY_FROM_AGGREGATE_CACHE=n``), lets the task decide, lets the run
+react (:mod:`devs.domain.reactions`) and saves both in one transaction. Three
+guards keep that safe:
+
+- the store's unique ``(originator_id, originator_version)`` key refuses events
+  decided on a cache another process made stale: the command drops its cached
+  aggregates and decides again on fresh ones, after a random, growing wait;
+- a command that would refuse, or answer without writing, first checks that
+  the store holds nothing newer than the aggregates it decided on;
+- any failure drops the aggregates from the cache, so a command that fails
+  half-way leaves nothing half-done behind; threads take turns per aggregate.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from typing import Any, ClassVar, TypeVar
+
+from eventsourcing.application import (
+    AggregateNotFoundError,
+    Application,
+    ProcessingEvent,
+    Repository,
+)
+from eventsourcing.persistence import IntegrityError, Recording
+from eventsourcing.utils import EnvType
+
+from devs.domain import journal
+from devs.domain.errors import AlreadyExists, DevsError, UnknownRun, UnknownTask
+from devs.domain.model import Aggregate
+from devs.domain.reactions import react
+from devs.domain.run import Run
+from devs.domain.task import Task
+
+COMMAND_ATTEMPTS = 10
+CONFLICT_BACKOFF_SECONDS = 0.002
+LOCK_STRIPES = 64
+
+T = TypeVar("T")
+
+
+def replay(aggregate: Any, domain_events: Iterable[Any]) -> Any:
+    """Apply ``domain_events`` to ``aggregate`` in order (for snapshots).
+
+    eventsourcing's default projector asserts each event against a runtime
+    ``Protocol``, which costs more than applying the event; ours are all
+    aggregate events.
+    """
+    for domain_event in domain_events:
+        aggregate = domain_event.mutate(aggregate)
+    return aggregate
+
+
+class _Stale(Exception):
+    """The cached aggregates were behind the store: reload and decide again."""
+
+
+class _StripedLocks:
+    """Commands on one aggregate in one process take turns (threads share the
+    cached aggregate). Task locks are always taken before run locks."""
+
+    def __init__(self) -> None:
+        self._tasks = [threading.Lock() for _ in range(LOCK_STRIPES)]
+        self._runs = [threading.Lock() for _ in range(LOCK_STRIPES)]
+
+    def task(self, task_id: str) -> threading.Lock:
+        return self._tasks[hash(task_id) % LOCK_STRIPES]
+
+    def run(self, run_id: str | None) -> AbstractContextManager[object]:
+        if run_id is None:
+            return nullcontext()
+        return self._runs[hash(run_id) % LOCK_STRIPES]
+
+
+class _Attempt:
+    """One try of a command; ``retry()`` waits a random, growing moment.
+
+    eventsourcing's own ``retry`` waits a near-constant time, which keeps two
+    writers of one task in lock-step.
+    """
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def retry(self) -> None:
+        time.sleep(random.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**self.number))
+
+
+class TaskCommands(Application[str]):
+    """The command mechanics of the application (see the module docstring)."""
+
+    env: ClassVar[dict[str, str]] = {
+        "AGGREGATE_CACHE_MAXSIZE": "1000",
+        "AGGREGATE_CACHE_FASTFORWARD": "n",
+        "DEEPCOPY_FROM_AGGREGATE_CACHE": "n",
+    }
+    snapshotting_intervals: ClassVar[dict[type[Any], int]] = {Task: 200, Run: 200}
+    snapshotting_projectors: ClassVar[dict[type[Any], Any]] = {
+        Task: replay,
+        Run: replay,
+    }
+
+    def __init__(self, env: EnvType | None = None) -> None:
+        super().__init__(env)
+        self._locks = _StripedLocks()
+        # Queries read aggregates as stored, never a cached object a command in
+        # another thread may be deciding on.
+        self._store = Repository(self.events, snapshot_store=self.snapshots)
+
+    def save(self, *objs: Any, **kwargs: Any) -> list[Recording[str]]:
+        """eventsourcing's ``save``, collecting our aggregates' events directly.
+
+        The library collects each object's events behind two runtime-``Protocol``
+        ``isinstance`` checks, which on Python 3.11 cost about 50 us, an eighth
+        of a durable decision (docs/performance.md). Our own aggregates are
+        collected as the library would, then recorded, snapshotted and notified
+        by its own steps; anything else goes to the library's ``save``.
+        """
+        if not all(obj is None or isinstance(obj, Aggregate) for obj in objs):
+            return super().save(*objs, **kwargs)
+        processing_event: ProcessingEvent[str] = ProcessingEvent()
+        for aggregate in objs:
+            if aggregate is not None:
+                processing_event.events.extend(aggregate.collect_events())
+                processing_event.aggregates[aggregate.id] = aggregate
+        processing_event.saved_kwargs.update(kwargs)
+        recordings = self._record(processing_event)
+        self._take_snapshots(processing_event)
+        self._notify(recordings)
+        self.notify(processing_event.events)  # the library's deprecated hook
+        return recordings
+
+    @contextmanager
+    def _create(
+        self, task_id: str, run_id: str | None, make: Callable[[], Task]
+    ) -> Iterator[Task]:
+        """Start a task (and its node in the run); yields it, locks held."""
+        for attempt in self._attempts():
+            with self._locks.task(task_id), self._locks.run(run_id):
+                if self._find_task(task_id) is not None:
+                    msg = f"task {task_id!r} was already started"
+                    raise AlreadyExists(msg)
+                run = self._get_run(run_id) if run_id is not None else None
+                task = make()
+                try:
+                    self._decide_and_save(task, run, lambda _: None)
+                    saved = True
+                except _Stale:
+                    saved = False
+                if saved:
+                    yield task
+                    return
+            attempt.retry()
+
+    @contextmanager
+    def _command(
+        self, task_id: str, decide: Callable[[Task], T]
+    ) -> Iterator[tuple[T, Task, Run | None]]:
+        """Get the task and its run, let the task decide, let the run react, save.
+
+        Yields what ``decide`` returned with the saved task and run, still
+        holding their locks: the caller builds its answer from them before
+        another thread can change them. Retries, on fresh aggregates, a
+        command that lost a race to another writer or decided on a stale cache.
+        """
+        for attempt in self._attempts():
+            with self._locks.task(task_id):
+                task = self._get_task(task_id)
+                with self._locks.run(task.run_id):
+                    run = self._run_of(task)
+                    try:
+                        outcome = self._decide_and_save(task, run, decide)
+                        saved = True
+                    except _Stale:
+                        saved = False
+                    if saved:
+                        yield outcome, task, run
+                        return
+            attempt.retry()
+
+    def _decide_and_save(
+        self, task: Task, run: Run | None, decide: Callable[[Task], T]
+    ) -> T:
+        try:
+            outcome = decide(task)
+            new_events = list(task.pending_events)
+            if run is not None:
+                react(run, new_events)
+            if not new_events and self._is_stale(task, run):
+                raise _Stale
+            self._commit(task, run)
+        except IntegrityError:
+            self._forget(task, run)
+            raise _Stale from None
+        except DevsError:
+            self._forget(task, run)
+            if self._is_stale(task, run):
+                raise _Stale from None
+            raise
+        except BaseException:
+            self._forget(task, run)
+            raise
+        return outcome
+
+    def _commit(self, *aggregates: Task | Run | None) -> list[Recording[str]]:
+        recordings = self.save(*aggregates)
+        for recording in recordings:
+            journal.record(recording.domain_event, recording.notification.id)
+        return recordings
+
+    def _attempts(self) -> Iterator[_Attempt]:
+        for number in range(COMMAND_ATTEMPTS):
+            yield _Attempt(number)
+        msg = f"gave up after {COMMAND_ATTEMPTS} conflicting writes"
+        raise IntegrityError(msg)
+
+    def _is_stale(self, task: Task, run: Run | None) -> bool:
+        """Whether the store holds events newer than these (cached) aggregates."""
+        return any(
+            self.recorder.select_events(aggregate.id, gt=aggregate.version, limit=1)
+            for aggregate in (task, run)
+            if aggregate is not None and aggregate.version > 0
+        )
+
+    def _forget(self, *aggregates: Task | Run | None) -> None:
+        """Drop aggregates from the cache: the next get reloads them."""
+        cache = self.repository.cache
+        if cache is None:
+            return
+        for aggregate in aggregates:
+            if aggregate is not None:
+                with suppress(KeyError):
+                    cache.get(aggregate.id, evict=True)
+
+    def _find_task(self, task_id: str) -> Task | None:
+        try:
+            task: Task = self.repository.get(Task.create_id(task_id))
+        except AggregateNotFoundError:
+            return None
+        return task
+
+    def _get_task(self, task_id: str) -> Task:
+        task = self._find_task(task_id)
+        if task is None:
+            raise UnknownTask(task_id)
+        return task
+
+    def _stored_task(self, task_id: str) -> Task:
+        try:
+            task: Task = self._store.get(Task.create_id(task_id))
+        except AggregateNotFoundError:
+            raise UnknownTask(task_id) from None
+        return task
+
+    def _get_run(self, run_id: str) -> Run:
+        try:
+            run: Run = self.repository.get(Run.create_id(run_id))
+        except AggregateNotFoundError:
+            raise UnknownRun(run_id) from None
+        return run
+
+    def _run_of(self, task: Task) -> Run | None:
+        return self._get_run(task.run_id) if task.run_id is not None else None
