@@ -131,7 +131,7 @@ def _real_layer_imports() -> set[tuple[str, str]]:
     folders["adapters"] = "devs.adapters"
     found: set[tuple[str, str]] = set()
     for folder, package in folders.items():
-        for path in (ROOT / folder).glob("*.py"):
+        for path in (ROOT / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 names = (
                     [node.module or ""]

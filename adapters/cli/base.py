@@ -1,0 +1,259 @@
+"""The ``devs`` command line: exit codes, shared options, the root group and
+the helpers every command group uses to print decisions."""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from enum import IntEnum
+from typing import Any, ParamSpec, TypeVar
+
+import click
+import orjson
+from eventsourcing.persistence import PersistenceError
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from devs.adapters import presenters
+from devs.domain import (
+    AlreadyExists,
+    AttemptDecision,
+    DevsError,
+    GateDecision,
+    IllegalTransition,
+    InvalidInput,
+    NotFound,
+    Outcome,
+    RecoveryService,
+)
+from devs.domain.application import DB_ENV, DEFAULT_DB
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ExitCode(IntEnum):
+    """What a shell loop can branch on."""
+
+    OK = 0  # continue: the command worked, the gate passed, the attempt may proceed
+    RETRY = 1  # the gate failed below the thresholds: try again
+    USAGE = 2  # the command line was wrong (click's own code)
+    ESCALATED = 3  # a human is asked (max retries)
+    PAUSED = 4  # a human is asked (blacklisted strategy, entropy limit)
+    HANDED_OFF = 5  # the task went to the human queue
+    BAD_INPUT = 6  # a value was out of range or malformed; nothing was written
+    NOT_FOUND = 7  # an unknown task, run or projection id
+    REFUSED = (
+        8  # not allowed in the current state (illegal transition); nothing written
+    )
+
+
+OUTCOME_CODES = {
+    Outcome.ADVANCE: ExitCode.OK,
+    Outcome.COMPLETE: ExitCode.OK,
+    Outcome.STAY: ExitCode.RETRY,
+    Outcome.PAUSE: ExitCode.PAUSED,
+    Outcome.ESCALATE: ExitCode.ESCALATED,
+    Outcome.HAND_OFF: ExitCode.HANDED_OFF,
+}
+
+_ERROR_CODES: tuple[tuple[type[DevsError], ExitCode], ...] = (
+    (InvalidInput, ExitCode.BAD_INPUT),
+    (NotFound, ExitCode.NOT_FOUND),
+    (IllegalTransition, ExitCode.REFUSED),
+    (AlreadyExists, ExitCode.REFUSED),
+)
+
+out = Console(soft_wrap=True, highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+# ------------------------------------------------------------------ plumbing
+
+
+class Context:
+    """Per-invocation state: where the database is, and the service once opened."""
+
+    def __init__(self, db: str | None) -> None:
+        self.db = db or os.environ.get(DB_ENV) or DEFAULT_DB
+        self._app: RecoveryService | None = None
+
+    @property
+    def app(self) -> RecoveryService:
+        if self._app is None:
+            try:
+                self._app = RecoveryService(env={"SQLITE_DBNAME": self.db})
+            except PersistenceError as error:
+                msg = f"cannot open the database {self.db!r}: {error}"
+                raise InvalidInput(msg) from None
+        return self._app
+
+    def close(self) -> None:
+        if self._app is not None:
+            self._app.close()
+
+
+def fail(message: str, code: ExitCode) -> None:
+    err.print(f"devs: error: {message}", markup=False, soft_wrap=True)
+    sys.exit(int(code))
+
+
+def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Turn the service's errors into a one-line message and a documented code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except DevsError as error:
+            for error_class, code in _ERROR_CODES:
+                if isinstance(error, error_class):
+                    fail(" ".join(str(error).split()), code)
+            raise
+
+    return wrapper
+
+
+def emit_json(value: Any) -> None:
+    def default(obj: Any) -> Any:
+        if isinstance(obj, BaseModel):
+            return obj.model_dump(mode="json")
+        raise TypeError
+
+    click.echo(
+        orjson.dumps(value, default=default, option=orjson.OPT_INDENT_2).decode()
+    )
+
+
+def plain(text: str) -> None:
+    """Print exact text to stdout (no markup, no wrapping)."""
+    click.echo(text)
+
+
+def default_actor() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+reason_option = click.option(
+    "--reason",
+    default="(no reason given)",
+    show_default=True,
+    help="Why, for the audit.",
+)
+actor_option = click.option(
+    "--actor", default=default_actor, show_default="the OS user", help="Who acts."
+)
+
+pass_context = click.make_pass_decorator(Context)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help=f"SQLite file (default: ${DB_ENV}, else ./{DEFAULT_DB}).",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Also write each decision as a JSON line to stderr.",
+)
+@click.version_option(package_name="devs-recovery")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None, verbose: bool) -> None:
+    """devs-recovery: keep AI coding agents out of failure loops."""
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        decisions = logging.getLogger("devs.decisions")
+        decisions.addHandler(handler)
+        decisions.setLevel(logging.INFO)
+        ctx.call_on_close(lambda: decisions.removeHandler(handler))
+    context = Context(db)
+    ctx.obj = context
+    ctx.call_on_close(context.close)
+
+
+TIME = "%Y-%m-%d %H:%M:%S"
+
+
+def show_rows(
+    items: Sequence[Any],
+    as_json: bool,
+    *,
+    empty: str,
+    title: str,
+    columns: Sequence[str],
+    row: Callable[[Any], Sequence[str]],
+) -> None:
+    """A listing: JSON for tooling, else a table (or a line when it is empty)."""
+    if as_json:
+        emit_json(items)
+        return
+    if not items:
+        plain(empty)
+        return
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for item in items:
+        table.add_row(*row(item))
+    out.print(table)
+
+
+# ------------------------------------------------------------ decision output
+
+
+def stop_block(app: RecoveryService, decision: AttemptDecision | GateDecision) -> str:
+    """The escalation or hand-off block for a decision that stopped the agent."""
+    if decision.outcome is Outcome.ESCALATE and decision.report is not None:
+        return presenters.escalation_block(decision.report)
+    if decision.outcome is Outcome.HAND_OFF:
+        payload = app.task(decision.task_id).handoff
+        if payload is not None:
+            return presenters.handoff_block(payload)
+    return ""
+
+
+def show_attempt(
+    app: RecoveryService, decision: AttemptDecision, strategy: str, as_json: bool
+) -> None:
+    if as_json:
+        emit_json(decision)
+    else:
+        plain(presenters.attempt_line(decision))
+        if decision.blacklisted:
+            plain(presenters.blacklist_block(decision, strategy))
+        if block := stop_block(app, decision):
+            plain(block)
+    if decision.proceed or decision.outcome is None:
+        sys.exit(int(ExitCode.OK))
+    sys.exit(int(OUTCOME_CODES[decision.outcome]))
+
+
+def show_gate(app: RecoveryService, decision: GateDecision, as_json: bool) -> None:
+    if as_json:
+        emit_json(decision)
+    else:
+        plain(presenters.gate_line(decision))
+        if block := stop_block(app, decision):
+            plain(block)
+    sys.exit(int(OUTCOME_CODES[decision.outcome]))
+
+
+def acted(result: Any, as_json: bool, text: str) -> None:
+    if as_json:
+        emit_json(result)
+    else:
+        plain(text)

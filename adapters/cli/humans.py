@@ -1,0 +1,209 @@
+"""What humans do: ``resume``, ``rewind``, ``skip``, the hand-off queue
+(``handoffs``, ``claim``, ``resolve``), ``sessions`` and ``lessons``."""
+
+from __future__ import annotations
+
+import click
+
+from devs.adapters import presenters
+from devs.adapters.cli.base import (
+    TIME,
+    Context,
+    acted,
+    actor_option,
+    cli,
+    handles_errors,
+    json_option,
+    pass_context,
+    reason_option,
+    show_rows,
+)
+from devs.domain import (
+    NotFound,
+    RecoveryService,
+)
+
+
+@cli.command()
+@click.argument("task_id")
+@reason_option
+@actor_option
+@json_option
+@pass_context
+@handles_errors
+def resume(ctx: Context, task_id: str, reason: str, actor: str, as_json: bool) -> None:
+    """Let the agent go on with TASK_ID after an escalation or a pause."""
+    result = ctx.app.resume(task_id, actor=actor, reason=reason)
+    acted(result, as_json, f"{task_id}: resumed by {actor} ({result.state})")
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option(
+    "--to-commit", default=None, help="Commit to revert to (default: the start)."
+)
+@reason_option
+@actor_option
+@json_option
+@pass_context
+@handles_errors
+def rewind(
+    ctx: Context,
+    task_id: str,
+    to_commit: str | None,
+    reason: str,
+    actor: str,
+    as_json: bool,
+) -> None:
+    """Send TASK_ID back to work from a commit; revert your checkout to it."""
+    result = ctx.app.rewind(task_id, actor=actor, reason=reason, to_commit=to_commit)
+    target = result.to_commit or "(no commit recorded)"
+    acted(
+        result,
+        as_json,
+        f"{task_id}: rewound by {actor}; revert to {target} ({result.state})",
+    )
+
+
+def waiting_task(app: RecoveryService) -> str:
+    """The one task waiting for a human, for ``devs skip`` without a task."""
+    waiting = [t.task_id for t in app.waiting_tasks()]
+    if not waiting:
+        raise NotFound("no task is waiting for a human; name the task to skip")
+    if len(waiting) > 1:
+        raise click.UsageError(
+            f"several tasks wait for a human ({', '.join(sorted(waiting))}); name one"
+        )
+    return waiting[0]
+
+
+@cli.command()
+@click.argument("task_id", required=False)
+@reason_option
+@actor_option
+@json_option
+@pass_context
+@handles_errors
+def skip(
+    ctx: Context, task_id: str | None, reason: str, actor: str, as_json: bool
+) -> None:
+    """Skip TASK_ID (default: the one task waiting for a human); its run moves on."""
+    target = task_id if task_id is not None else waiting_task(ctx.app)
+    result = ctx.app.skip(target, actor=actor, reason=reason)
+    after = f"; next node {result.next_node}" if result.next_node else ""
+    acted(result, as_json, f"{target}: skipped by {actor}{after}")
+
+
+@cli.command()
+@json_option
+@pass_context
+@handles_errors
+def handoffs(ctx: Context, as_json: bool) -> None:
+    """The hand-off queue, oldest first."""
+    show_rows(
+        ctx.app.handoff_queue(),
+        as_json,
+        empty="the hand-off queue is empty",
+        title="Hand-off queue",
+        columns=(
+            "task",
+            "failures",
+            "last error",
+            "agent",
+            "last commit",
+            "claimed by",
+        ),
+        row=lambda entry: (
+            entry.payload.task_id,
+            str(entry.payload.failure_count),
+            presenters.one_line(entry.payload.last_error_excerpt, 60),
+            entry.payload.originating_agent or "-",
+            entry.payload.last_commit or "-",
+            entry.claimed_by or "-",
+        ),
+    )
+
+
+@cli.command()
+@click.argument("task_id")
+@actor_option
+@json_option
+@pass_context
+@handles_errors
+def claim(ctx: Context, task_id: str, actor: str, as_json: bool) -> None:
+    """Take TASK_ID from the hand-off queue."""
+    result = ctx.app.claim_handoff(task_id, actor=actor)
+    acted(result, as_json, f"{task_id}: claimed by {actor}")
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option(
+    "--as",
+    "resolution",
+    required=True,
+    type=click.Choice(["return", "complete", "skip"]),
+    help="Give it back to the agent, mark it done, or skip it.",
+)
+@reason_option
+@actor_option
+@json_option
+@pass_context
+@handles_errors
+def resolve(
+    ctx: Context, task_id: str, resolution: str, reason: str, actor: str, as_json: bool
+) -> None:
+    """End TASK_ID's hand-off (claim it first)."""
+    result = ctx.app.resolve_handoff(
+        task_id, actor=actor, resolution=resolution, reason=reason
+    )
+    after = f"; next node {result.next_node}" if result.next_node else ""
+    acted(
+        result,
+        as_json,
+        f"{task_id}: resolved as {resolution} by {actor} ({result.state}){after}",
+    )
+
+
+@cli.command()
+@json_option
+@pass_context
+@handles_errors
+def sessions(ctx: Context, as_json: bool) -> None:
+    """Pending human sessions."""
+    show_rows(
+        ctx.app.pending_sessions(),
+        as_json,
+        empty="no pending human sessions",
+        title="Pending human sessions",
+        columns=("session", "task", "reason", "opened", "failures", "entropy"),
+        row=lambda session: (
+            session.session_id,
+            session.task_id,
+            session.reason,
+            session.opened_at.strftime(TIME),
+            str(session.failure_count),
+            f"{session.entropy_score:g}" if session.entropy_score is not None else "-",
+        ),
+    )
+
+
+@cli.command()
+@click.argument("task_id")
+@json_option
+@pass_context
+@handles_errors
+def lessons(ctx: Context, task_id: str, as_json: bool) -> None:
+    """TASK_ID's lessons: the strategies that failed and why."""
+    show_rows(
+        ctx.app.lessons(task_id),
+        as_json,
+        empty=f"no lessons for {task_id}",
+        title=f"Lessons of {task_id}",
+        columns=("failed strategy", "root cause", "logged"),
+        row=lambda item: (
+            presenters.one_line(item.failed_strategy, 80),
+            presenters.one_line(item.rca_summary, 80),
+            item.logged_at.strftime(TIME),
+        ),
+    )

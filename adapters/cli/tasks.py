@@ -1,0 +1,375 @@
+"""``devs status``, ``task``, ``history``, ``attempt``, ``lesson``, ``entropy`` and
+``gate``: what an agent loop reports, and what it is told."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Sequence
+
+import click
+
+from devs.adapters import presenters
+from devs.adapters.cli.base import (
+    OUTCOME_CODES,
+    TIME,
+    Context,
+    ExitCode,
+    cli,
+    emit_json,
+    handles_errors,
+    json_option,
+    pass_context,
+    plain,
+    show_attempt,
+    show_gate,
+    show_rows,
+)
+from devs.adapters.sandbox import DEFAULT_OUTPUT_CAP, run_gate
+from devs.domain import (
+    EntropyDecision,
+    InvalidInput,
+    TaskSummary,
+)
+from devs.domain.redaction import redact
+
+# ------------------------------------------------------------------- commands
+
+
+@cli.command()
+@click.option("--run", "run_id", default=None, help="Only the tasks of this run.")
+@json_option
+@pass_context
+@handles_errors
+def status(ctx: Context, run_id: str | None, as_json: bool) -> None:
+    """Tasks by state."""
+    tasks = ctx.app.tasks(run_id=run_id)
+    if run_id is not None:
+        ctx.app.run_state(run_id)  # an unknown run is an error, not an empty list
+    order = {
+        state: i
+        for i, state in enumerate(
+            (
+                "ESCALATION",
+                "HAND_OFF",
+                "PAUSED",
+                "GATE_FAILED",
+                "RUNNING",
+                "COMPLETED",
+                "SKIPPED",
+            )
+        )
+    }
+    show_rows(
+        tasks if as_json else sorted(tasks, key=lambda t: (order[t.state], t.task_id)),
+        as_json,
+        empty="no tasks",
+        title="Tasks by state",
+        columns=("state", "task", "run", "failures", "updated"),
+        row=lambda t: (
+            t.state,
+            t.task_id,
+            t.run_id or "-",
+            str(t.consecutive_failures),
+            t.updated_at.strftime(TIME),
+        ),
+    )
+
+
+@cli.group()
+def task() -> None:
+    """Start and show tasks."""
+
+
+@task.command("start")
+@click.argument("task_id")
+@click.option("--run", "run_id", default=None, help="The run whose node this task is.")
+@click.option("--agent", default=None, help="The agent working on it.")
+@click.option("--commit", "last_commit", default=None, help="The starting commit.")
+@json_option
+@pass_context
+@handles_errors
+def task_start(
+    ctx: Context,
+    task_id: str,
+    run_id: str | None,
+    agent: str | None,
+    last_commit: str | None,
+    as_json: bool,
+) -> None:
+    """Start refereeing TASK_ID."""
+    summary = ctx.app.start_task(
+        task_id, run_id=run_id, agent=agent, last_commit=last_commit
+    )
+    if as_json:
+        emit_json(summary)
+    else:
+        plain(f"started task {summary.task_id} ({summary.state})")
+
+
+def describe_task(summary: TaskSummary) -> str:
+    policy = summary.policy
+    lines = [
+        f"task {summary.task_id}: {summary.state} ({summary.status})",
+        f"  run: {summary.run_id or '-'}   agent: {summary.agent or '-'}",
+        f"  consecutive failures: {summary.consecutive_failures}"
+        f"  (escalate at {policy.escalation_threshold}, hand off at "
+        f"{policy.handoff_threshold}, entropy limit {policy.hitl_entropy_threshold:g})",
+        f"  commits: started at {summary.starting_commit or '-'}, "
+        f"last {summary.last_commit or '-'}",
+        f"  lessons: {len(summary.lessons)}   events: {summary.version}",
+    ]
+    if summary.pending_session is not None:
+        session = summary.pending_session
+        lines.append(
+            f"  waiting for a human: {session.reason} (session {session.session_id})"
+        )
+    if summary.handoff is not None:
+        claimed = summary.claimed_by or "nobody yet"
+        lines.append(f"  handed off; claimed by {claimed}")
+    for failure in summary.failure_history[-5:]:
+        lines.append(
+            f"  - {failure.at:%H:%M:%S} {failure.reason} {failure.gate or ''} "
+            f"{presenters.one_line(failure.error_message, 100)}".rstrip()
+        )
+    return "\n".join(lines)
+
+
+@task.command("show")
+@click.argument("task_id")
+@json_option
+@pass_context
+@handles_errors
+def task_show(ctx: Context, task_id: str, as_json: bool) -> None:
+    """Show TASK_ID as its events say now."""
+    summary = ctx.app.task(task_id)
+    if as_json:
+        emit_json(summary)
+    else:
+        plain(describe_task(summary))
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option(
+    "--at", "at_version", type=int, default=None, help="Stop at this version."
+)
+@json_option
+@pass_context
+@handles_errors
+def history(ctx: Context, task_id: str, at_version: int | None, as_json: bool) -> None:
+    """The audited history of TASK_ID, replayed event by event."""
+    entries = ctx.app.history(task_id)
+    if at_version is not None:
+        summary = ctx.app.state_at(task_id, at_version)
+        entries = [e for e in entries if e.version <= at_version]
+    if as_json:
+        emit_json(
+            entries if at_version is None else {"history": entries, "state": summary}
+        )
+        return
+    for entry in entries:
+        plain(presenters.history_line(entry))
+    if at_version is not None:
+        plain(describe_task(summary))
+
+
+@cli.command()
+@click.argument("task_id")
+@click.argument("strategy")
+@json_option
+@pass_context
+@handles_errors
+def attempt(ctx: Context, task_id: str, strategy: str, as_json: bool) -> None:
+    """Check STRATEGY against TASK_ID's lessons before calling the LLM.
+
+    Exit 0: proceed (the directive is printed with --json); 4: paused (the
+    strategy already failed); 3 or 5 when that failure escalates or hands off.
+    """
+    decision = ctx.app.begin_attempt(task_id, strategy)
+    show_attempt(ctx.app, decision, strategy, as_json)
+
+
+@cli.command()
+@click.argument("task_id")
+@click.argument("strategy")
+@click.argument("rca")
+@json_option
+@pass_context
+@handles_errors
+def lesson(ctx: Context, task_id: str, strategy: str, rca: str, as_json: bool) -> None:
+    """Record that STRATEGY failed for TASK_ID, and why (RCA)."""
+    logged = ctx.app.log_lesson(task_id, strategy, rca)
+    if as_json:
+        emit_json(logged)
+    else:
+        plain(
+            f"lesson logged for {logged.task_id}: "
+            f"{presenters.one_line(logged.failed_strategy, 120)}"
+        )
+
+
+@cli.command()
+@click.argument("task_id")
+@click.argument("score")
+@json_option
+@pass_context
+@handles_errors
+def entropy(ctx: Context, task_id: str, score: str, as_json: bool) -> None:
+    """Report the agent's entropy SCORE (0 to 1) for TASK_ID.
+
+    Exit 0 below the threshold; 4 when the task pauses for a human.
+    """
+    try:
+        value = float(score)
+    except ValueError:
+        raise InvalidInput(f"score must be a number in [0, 1], got {score!r}") from None
+    decision: EntropyDecision = ctx.app.report_entropy(task_id, value)
+    if as_json:
+        emit_json(decision)
+    elif decision.triggered:
+        plain(presenters.entropy_block(decision))
+    else:
+        plain(
+            f"{decision.task_id}: entropy {decision.score:g} below "
+            f"{decision.threshold:g}; continue ({decision.state})"
+        )
+    sys.exit(int(ExitCode.PAUSED if decision.triggered else ExitCode.OK))
+
+
+@cli.group()
+def gate() -> None:
+    """Run gates and show gate status."""
+
+
+@gate.command("run", context_settings={"ignore_unknown_options": True})
+@click.argument("task_id")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option(
+    "--gate", "gate_name", default="tests", show_default=True, help="Gate name."
+)
+@click.option(
+    "--timeout", type=float, default=600.0, show_default=True, help="Seconds."
+)
+@click.option("--cpu", "cpu_seconds", type=int, default=None, help="CPU-seconds limit.")
+@click.option(
+    "--memory", "memory_mb", type=int, default=None, help="Memory limit, MiB."
+)
+@click.option(
+    "--cwd", type=click.Path(file_okay=False), default=None, help="Working directory."
+)
+@click.option(
+    "--pass-env",
+    multiple=True,
+    help="Keep this environment variable even if it looks secret (repeatable).",
+)
+@click.option(
+    "--output-cap",
+    type=int,
+    default=DEFAULT_OUTPUT_CAP,
+    show_default=True,
+    help="Bytes of output kept (the last ones).",
+)
+@click.option("--strategy", default=None, help="The strategy this attempt used.")
+@json_option
+@pass_context
+@handles_errors
+def gate_run(
+    ctx: Context,
+    task_id: str,
+    command: Sequence[str],
+    gate_name: str,
+    timeout: float,
+    cpu_seconds: int | None,
+    memory_mb: int | None,
+    cwd: str | None,
+    pass_env: Sequence[str],
+    output_cap: int,
+    strategy: str | None,
+    as_json: bool,
+) -> None:
+    """Run COMMAND sandboxed and judge TASK_ID's gate by its exit code.
+
+    Write the command after `--`: devs gate run TASK -- pytest -q
+    """
+    # Refuse an unknown task, or one that takes no gate now, before running anything.
+    ctx.app.require_gate_allowed(task_id)
+    result = run_gate(
+        command,
+        cwd=cwd,
+        timeout=timeout,
+        cpu_seconds=cpu_seconds,
+        memory_mb=memory_mb,
+        pass_env=pass_env,
+        output_cap=output_cap,
+    )
+    shown = redact(shlex.join(command))
+    last_line = next(
+        (line.strip() for line in reversed(result.output.splitlines()) if line.strip()),
+        "",
+    )
+    decision = ctx.app.record_gate(
+        task_id,
+        result.exit_code,
+        gate=gate_name,
+        strategy=strategy,
+        error=f"{result.error}: {last_line}" if last_line else result.error,
+        output=result.output,
+    )
+    if as_json:
+        emit_json(
+            {
+                "run": {
+                    "exit_code": result.exit_code,
+                    "timed_out": result.timed_out,
+                    "signal": result.signal_name,
+                    "duration_seconds": round(result.duration_seconds, 3),
+                    "output_hash": result.output_hash,
+                    "truncated_bytes": result.truncated_bytes,
+                    "scrubbed_env": list(result.scrubbed_env),
+                },
+                "decision": decision,
+            }
+        )
+        sys.exit(int(OUTCOME_CODES[decision.outcome]))
+    plain(f"$ {shown}  ->  {result.error} in {result.duration_seconds:.2f}s")
+    show_gate(ctx.app, decision, as_json=False)
+
+
+@gate.command("status")
+@click.argument("task_id")
+@json_option
+@pass_context
+@handles_errors
+def gate_status(ctx: Context, task_id: str, as_json: bool) -> None:
+    """TASK_ID's human-in-the-loop gate and its last gate result."""
+    status_ = ctx.app.gate_status(task_id)
+    if as_json:
+        emit_json(status_)
+        return
+    plain(
+        f"task {status_.task_id}: {status_.state}, "
+        f"{status_.consecutive_failures} consecutive failures"
+    )
+    if status_.triggered:
+        score = (
+            f", entropy {status_.entropy_score:g}"
+            if status_.entropy_score is not None
+            else ""
+        )
+        plain(
+            f"  human gate: triggered ({status_.reason}{score}), "
+            f"session {status_.session_id}"
+        )
+    else:
+        plain("  human gate: not triggered")
+    if status_.last_passed is None:
+        plain("  last gate: none yet")
+    elif status_.last_passed:
+        plain(f"  last gate: {status_.last_gate or 'gate'} passed")
+    else:
+        plain(
+            f"  last gate: {status_.last_gate or 'gate'} failed "
+            f"({status_.last_reason}, "
+            f"exit code {status_.last_exit_code}), error hash {status_.last_error_hash}"
+        )
