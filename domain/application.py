@@ -74,11 +74,12 @@ from devs.domain.values import (
     Position,
     RcaSummary,
     Reason,
+    ResolutionName,
     RunId,
+    StateName,
     Strategy,
     TaskId,
     Version,
-    choice,
     validated,
 )
 
@@ -129,12 +130,13 @@ class RecoveryService(TaskCommands):
     def start_run(self, run_id: RunId, dag: Dag) -> RunState:
         """Start a run over ``dag`` (node -> prerequisites); nodes are task ids."""
         run = Run.start(run_id, dag)
-        try:
-            self._commit(run)
-        except IntegrityError:
-            msg = f"run {run_id!r} was already started"
-            raise AlreadyExists(msg) from None
-        return run_state_of(run)
+        with self._locks.run(run_id):  # once saved, the run is in the shared cache
+            try:
+                self._commit(run)
+            except IntegrityError:
+                msg = f"run {run_id!r} was already started"
+                raise AlreadyExists(msg) from None
+            return run_state_of(run)
 
     @validated
     def start_task(
@@ -275,13 +277,18 @@ class RecoveryService(TaskCommands):
 
     @validated
     def resolve_handoff(
-        self, task_id: TaskId, *, actor: Actor, resolution: str, reason: Reason
+        self,
+        task_id: TaskId,
+        *,
+        actor: Actor,
+        resolution: ResolutionName,
+        reason: Reason,
     ) -> ActionResult:
         """A human ends a hand-off: ``return`` to the agent, ``complete`` or ``skip``.
 
         The hand-off must have been claimed first.
         """
-        chosen = Resolution(choice("resolution", resolution, list(Resolution)))
+        chosen = Resolution(resolution)
         with self._command(
             task_id,
             lambda t: t.resolve_handoff(actor=actor, resolution=chosen, reason=reason),
@@ -352,11 +359,9 @@ class RecoveryService(TaskCommands):
 
     @validated
     def tasks(
-        self, *, state: str | None = None, run_id: RunId | None = None
+        self, *, state: StateName | None = None, run_id: RunId | None = None
     ) -> list[TaskIndexEntry]:
         """Tasks from the index, optionally of one state and/or one run."""
-        if state is not None:
-            state = choice("state", state, list(TaskState))
         self.read_models.catch_up()
         return self.read_models.task_entries(state=state, run_id=run_id)
 

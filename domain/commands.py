@@ -18,6 +18,7 @@ guards keep that safe:
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -31,7 +32,7 @@ from eventsourcing.application import (
     ProcessingEvent,
     Repository,
 )
-from eventsourcing.persistence import IntegrityError, Recording
+from eventsourcing.persistence import IntegrityError, PersistenceError, Recording
 from eventsourcing.utils import EnvType
 
 from devs.domain import journal
@@ -40,6 +41,8 @@ from devs.domain.model import Aggregate
 from devs.domain.reactions import react
 from devs.domain.run import Run
 from devs.domain.task import Task
+
+logger = logging.getLogger("devs.commands")
 
 COMMAND_ATTEMPTS = 10
 CONFLICT_BACKOFF_SECONDS = 0.002
@@ -134,7 +137,12 @@ class TaskCommands(Application[str]):
                 processing_event.aggregates[aggregate.id] = aggregate
         processing_event.saved_kwargs.update(kwargs)
         recordings = self._record(processing_event)
-        self._take_snapshots(processing_event)
+        try:
+            self._take_snapshots(processing_event)
+        except PersistenceError as error:
+            # The events are committed: the command stands. A snapshot only
+            # saves replay time; the next interval takes one again.
+            logger.warning("snapshot not taken: %s", error)
         self._notify(recordings)
         self.notify(processing_event.events)  # the library's deprecated hook
         return recordings
@@ -193,9 +201,14 @@ class TaskCommands(Application[str]):
         try:
             outcome = decide(task)
             new_events = list(task.pending_events)
-            if run is not None:
-                react(run, new_events)
-            if not new_events and self._is_stale(task, run):
+            reacted = run is not None and react(run, new_events)
+            # Nothing written means no version conflict can reveal a stale cache:
+            # a task that wrote nothing, or a run whose reaction wrote nothing,
+            # is checked against the store instead.
+            unwritten = not new_events or (
+                reacted and run is not None and not run.pending_events
+            )
+            if unwritten and self._is_stale(task, run):
                 raise _Stale
             self._commit(task, run)
         except IntegrityError:
@@ -224,12 +237,17 @@ class TaskCommands(Application[str]):
         raise IntegrityError(msg)
 
     def _is_stale(self, task: Task, run: Run | None) -> bool:
-        """Whether the store holds events newer than these (cached) aggregates."""
-        return any(
-            self.recorder.select_events(aggregate.id, gt=aggregate.version, limit=1)
-            for aggregate in (task, run)
-            if aggregate is not None and aggregate.version > 0
-        )
+        """Whether the store holds events newer than these aggregates as loaded
+        (their version before the events this command added)."""
+        for aggregate in (task, run):
+            if aggregate is None:
+                continue
+            loaded = aggregate.version - len(aggregate.pending_events)
+            if loaded > 0 and self.recorder.select_events(
+                aggregate.id, gt=loaded, limit=1
+            ):
+                return True
+        return False
 
     def _forget(self, *aggregates: Task | Run | None) -> None:
         """Drop aggregates from the cache: the next get reloads them."""

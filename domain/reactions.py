@@ -19,15 +19,26 @@ from devs.domain.run import NodeOutcome, Run
 from devs.domain.task import Task, TaskEvent, task_id_of
 
 
-def react(run: Run, task_events: Iterable[Any]) -> None:
-    """Apply the run's reaction to each of its task's new events, in order."""
+def react(run: Run, task_events: Iterable[Any]) -> bool:
+    """Apply the run's reaction to each of its task's new events, in order.
+
+    Returns whether any event called for a reaction (which may still write
+    nothing: pausing a run the task already paused, say).
+    """
+    reacted = False
     for domain_event in task_events:
-        _react(domain_event, run)
+        reaction = _react.dispatch(type(domain_event))
+        if reaction is not _no_reaction:
+            reaction(domain_event, run)
+            reacted = True
+    return reacted
 
 
-@singledispatch
-def _react(domain_event: Any, run: Run) -> None:
+def _no_reaction(domain_event: Any, run: Run) -> None:
     """Most task events leave the run as it is."""
+
+
+_react = singledispatch(_no_reaction)
 
 
 @_react.register

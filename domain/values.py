@@ -35,7 +35,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -58,7 +58,10 @@ __all__ = [
     "LIMIT_MAX",
     "NAME_MAX",
     "OUTPUT_MAX",
+    "POSITION_MAX",
     "REASON_MAX",
+    "RESOLUTIONS",
+    "STATES",
     "STRATEGY_MAX",
     "SUMMARY_MAX",
     "Actor",
@@ -75,7 +78,9 @@ __all__ = [
     "Position",
     "RcaSummary",
     "Reason",
+    "ResolutionName",
     "RunId",
+    "StateName",
     "Strategy",
     "TaskId",
     "Version",
@@ -360,7 +365,10 @@ EntropyScore = Annotated[
 Version = Annotated[int, Field(strict=True), Wording(_version)]
 """An event number (its range depends on the task, so is checked there)."""
 
-Position = Annotated[int, Field(strict=True, ge=0), Wording(_position)]
+POSITION_MAX = 2**63 - 2
+"""The largest log position a query may start after (SQLite integers are 64-bit)."""
+
+Position = Annotated[int, Field(strict=True, ge=0, le=POSITION_MAX), Wording(_position)]
 """A position in the notification log (``after=``): a non-negative int."""
 
 Limit = Annotated[int, Field(strict=True, ge=1, le=LIMIT_MAX), Wording(_limit)]
@@ -378,6 +386,43 @@ Callers see the type ``Mapping[str, Sequence[str]]``; the function receives a
 ``dict[str, tuple[str, ...]]`` with repeated prerequisites removed (first
 occurrence kept).
 """
+
+
+def _one_of(allowed: Sequence[str]) -> Wording:
+    def explain(name: str, error: ErrorDetails, loc: Loc) -> str:
+        got = _describe(error["input"])
+        return f"{name} must be one of {', '.join(allowed)}; got {got}"
+
+    return Wording(explain)
+
+
+RESOLUTIONS = ("return", "complete", "skip")
+STATES = (
+    "RUNNING",
+    "GATE_FAILED",
+    "ESCALATION",
+    "PAUSED",
+    "HAND_OFF",
+    "COMPLETED",
+    "SKIPPED",
+)
+
+ResolutionName = Annotated[Literal["return", "complete", "skip"], _one_of(RESOLUTIONS)]
+"""How a human resolves a hand-off (a ``Resolution`` member or its value)."""
+
+StateName = Annotated[
+    Literal[
+        "RUNNING",
+        "GATE_FAILED",
+        "ESCALATION",
+        "PAUSED",
+        "HAND_OFF",
+        "COMPLETED",
+        "SKIPPED",
+    ],
+    _one_of(STATES),
+]
+"""A task state (a ``TaskState`` member or its value)."""
 
 
 def choice(name: str, value: object, allowed: Sequence[str]) -> str:
@@ -430,7 +475,8 @@ class _Refusal:
 
     def __init__(self, func: Callable[..., Any], hints: Mapping[str, object]):
         self.qualname = func.__qualname__
-        parameters = inspect.signature(func).parameters.values()
+        self.signature = inspect.signature(func)
+        parameters = self.signature.parameters.values()
         self.positional = [
             p.name
             for p in parameters
@@ -452,10 +498,16 @@ class _Refusal:
             return self.positional[key]
         return f"{self.var_positional or 'args'}[{key - len(self.positional)}]"
 
-    def __call__(self, failure: ValidationError) -> Exception:
+    def __call__(
+        self, failure: ValidationError, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Exception:
         errors = failure.errors(include_url=False)
         for error in errors:
             if error["type"] in _ARITY_ERRORS:
+                try:  # Python's own words for a call that does not fit
+                    self.signature.bind(*args, **kwargs)
+                except TypeError as mismatch:
+                    return TypeError(f"{self.qualname}() {mismatch}")
                 where = error["loc"][0] if error["loc"] else ""
                 return TypeError(f"{self.qualname}() {error['msg'].lower()}: {where!r}")
         # Pydantic checks parameters in signature order: the first error is the
@@ -503,7 +555,7 @@ def validated(func: Callable[P, R]) -> Callable[P, R]:
         try:
             args_, kwargs_ = check(*args, **kwargs)
         except ValidationError as failure:
-            raise refuse(failure) from None
+            raise refuse(failure, args, kwargs) from None
         return call(*args_, **kwargs_)
 
     return wrapper

@@ -131,19 +131,23 @@ class SQLiteView(SQLiteTrackingRecorder):
                 cursor.sqlite_cursor.close()
 
     @contextmanager
-    def batch(self, end: Tracking | None = None) -> Iterator[None]:
+    def batch(self, end: Tracking | None = None) -> Iterator[int]:
         """Group the ``changes`` made inside into one transaction.
 
-        The position written at its end is ``end`` if given (every event up
-        to it was folded, or had nothing to fold), else the last ``changes``.
+        Yields the view's position as this transaction sees it: another
+        process may have folded some of the caller's events meanwhile, and
+        those must be skipped. The position written at the end is ``end`` if
+        given (every event up to it was folded, or had nothing to fold), else
+        the last ``changes``'s, unless the view is already past it.
         """
         with self._write() as cursor:
+            current = self._max_tracking_id(self.tracking_name, cursor) or 0
             self._local.cursor = cursor
             self._local.tracking = None
             try:
-                yield
+                yield current
                 tracking = end if end is not None else self._local.tracking
-                if tracking is not None:
+                if tracking is not None and tracking.notification_id > current:
                     self._insert_tracking(cursor, tracking)
             finally:
                 self._local.cursor = None

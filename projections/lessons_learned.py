@@ -32,14 +32,8 @@ class LessonsView(TrackingRecorder, ABC):
         """The task's lessons, the most recently logged last."""
 
     @abstractmethod
-    def lesson_strategies(
-        self, task_id: str, position: int | None = None
-    ) -> tuple[str, ...]:
-        """The task's failed strategies, in the same order.
-
-        ``position``: the view's tracking position if the caller knows it
-        (it just caught up), so the view need not read it again.
-        """
+    def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        """The task's failed strategies, in the same order."""
 
 
 def lesson_id(task_id: str, strategy: str) -> str:
@@ -109,20 +103,21 @@ class SQLiteLessonsView(SQLiteView, LessonsView):
         )
         return [Lesson.model_validate(dict(row)) for row in rows]
 
-    def lesson_strategies(
-        self, task_id: str, position: int | None = None
-    ) -> tuple[str, ...]:
-        if position is None:
-            position = self.position()
-        cached = self._strategies.get(task_id)
-        if cached is not None and cached[0] == position:
-            return cached[1]
-        rows = self._select(
-            "SELECT failed_strategy FROM lessons_learned WHERE task_id = ? "
-            "ORDER BY position",
-            (task_id,),
-        )
-        strategies = tuple(row["failed_strategy"] for row in rows)
+    def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        # The position and the rows are read in one transaction, so a cached
+        # entry is never the rows of another moment (another process may be
+        # rebuilding the table, passing through older positions).
+        with self.datastore.transaction(commit=False) as cursor:
+            position = self._max_tracking_id(self.tracking_name, cursor) or 0
+            cached = self._strategies.get(task_id)
+            if cached is not None and cached[0] == position:
+                return cached[1]
+            cursor.execute(
+                "SELECT failed_strategy FROM lessons_learned WHERE task_id = ? "
+                "ORDER BY position",
+                (task_id,),
+            )
+            strategies = tuple(row["failed_strategy"] for row in cursor.fetchall())
         if len(self._strategies) >= CACHED_TASKS:
             self._strategies.clear()
         self._strategies[task_id] = (position, strategies)

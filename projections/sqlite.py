@@ -4,9 +4,9 @@ SQLite cannot be subscribed to, so before a query the read models catch up from
 the application's notification log: whatever was recorded since each view's
 tracking position is read once per page and fed to each projection inside one
 transaction per view. A query therefore sees every command that returned
-before it, in this process or another. If another process advanced a view
-first, its position wins (the tracking upsert refuses the stale page, whose
-rows roll back) and this one re-reads and goes on.
+before it, in this process or another. Catch-ups may overlap (threads,
+processes): each view's write transaction first reads the view's position and
+folds only the events past it, so no event is folded twice.
 
 :class:`SQLiteReadModels` implements the domain's
 :class:`~devs.domain.ports.ReadModels` port; ``RecoveryService`` gets it by
@@ -78,18 +78,26 @@ class SQLiteReadModels:
             self.views[view.name] = view
             self.projections[view.name] = projection_class(view=view)
         self.names = tuple(self.views)
-        self._drop_legacy_tables(self.views["tasks"])
+        self._drop_legacy_tables(self.views[SQLiteTasksView.name])
         for view in self.views.values():
             view.setup()
         self._positions: dict[str, int] = {}
         self._handlers: dict[tuple[str, type[Any]], Handler | None] = {}
 
-    @staticmethod
-    def _drop_legacy_tables(view: SQLiteView) -> None:
-        """Old document views: dropped; the typed tables rebuild from the log."""
-        with view._write() as cursor:
+    def _drop_legacy_tables(self, tasks: SQLiteView) -> None:
+        """The first open by this version drops the old document views (and
+        their positions, so a 0.1.0 process still open would rebuild its own);
+        the typed tables rebuild from the log."""
+        tasks.create_table()  # eventsourcing's tracking table
+        if tasks.max_tracking_id(tasks.tracking_name) is not None:
+            return
+        with tasks._write() as cursor:
             for table in LEGACY_TABLES:
                 cursor.execute(f"DROP TABLE IF EXISTS {table}")
+                cursor.execute(
+                    "DELETE FROM tracking WHERE application_name = ?",
+                    (f"{self.app.name}/{table.removeprefix('view_')}",),
+                )
 
     # ------------------------------------------------------------- catching up
 
@@ -101,16 +109,27 @@ class SQLiteReadModels:
         names: Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
+        """Fold everything recorded so far into the (named) read models."""
         last = self.app.recorder.max_notification_id() or 0
+        return self.catch_up_to(last, names, progress)
+
+    def catch_up_to(
+        self,
+        last: int,
+        names: Sequence[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Fold the log up to position ``last`` into the (named) read models."""
         selected = list(names) if names is not None else list(self.views)
-        if all(self._positions.get(name, -1) >= last for name in selected):
+        known = self._positions
+        if all(known.get(name, -1) >= last for name in selected):
             return last
         for _ in range(MAX_CONFLICTS):
             try:
                 self._catch_up_to(last, selected, progress)
             except (IntegrityError, OperationalError):
-                # Another process advanced a view first: re-read and go on.
-                self._positions.clear()
+                # A lock held too long, or a lost race: re-read and go on.
+                self._positions = {}
                 continue
             return last
         msg = "read models could not catch up: too many concurrent updates"
@@ -122,8 +141,7 @@ class SQLiteReadModels:
         names: Sequence[str],
         progress: Callable[[int, int], None] | None,
     ) -> None:
-        positions = self.positions()
-        self._positions = positions
+        positions = self.positions()  # this catch-up's own, shared when done
         start = min(positions[name] for name in names)
         while start < last:
             notifications = self.app.recorder.select_notifications(
@@ -138,16 +156,19 @@ class SQLiteReadModels:
                 if not todo:
                     continue
                 end = Tracking(view.tracking_name, todo[-1][1])
-                with view.batch(end):
+                with view.batch(end) as current:
                     for domain_event, notification_id in todo:
+                        if notification_id <= current:
+                            continue  # another catch-up folded it meanwhile
                         handler = self._handler(name, type(domain_event))
                         if handler is not None:
                             tracking = Tracking(view.tracking_name, notification_id)
                             handler(projection, domain_event, tracking)
-                positions[name] = end.notification_id
+                positions[name] = max(end.notification_id, current)
             start = notifications[-1].id
             if progress is not None:
                 progress(start, last)
+        self._positions = positions
 
     def _handler(self, name: str, event_class: type[Any]) -> Handler | None:
         key = (name, event_class)
@@ -173,7 +194,7 @@ class SQLiteReadModels:
             raise InvalidInput(msg)
         for name in selected:
             self.views[name].clear()
-        self._positions.clear()
+        self._positions = {}
         return self.catch_up(selected, progress)
 
     def close(self) -> None:
@@ -232,9 +253,8 @@ class SQLiteReadModels:
         return found
 
     def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
-        name = SQLiteLessonsView.name
         found: tuple[str, ...] = self._view(SQLiteLessonsView).lesson_strategies(
-            task_id, self._positions.get(name)
+            task_id
         )
         return found
 

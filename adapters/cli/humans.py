@@ -22,6 +22,7 @@ from devs.domain import (
     NotFound,
     RecoveryService,
 )
+from devs.domain.values import RESOLUTIONS, ResolutionName
 
 
 @cli.command()
@@ -142,7 +143,7 @@ def claim(ctx: Context, task_id: str, actor: str, as_json: bool) -> None:
     "--as",
     "resolution",
     required=True,
-    type=click.Choice(["return", "complete", "skip"]),
+    type=click.Choice(RESOLUTIONS),
     help="Give it back to the agent, mark it done, or skip it.",
 )
 @reason_option
@@ -151,7 +152,12 @@ def claim(ctx: Context, task_id: str, actor: str, as_json: bool) -> None:
 @pass_context
 @handles_errors
 def resolve(
-    ctx: Context, task_id: str, resolution: str, reason: str, actor: str, as_json: bool
+    ctx: Context,
+    task_id: str,
+    resolution: ResolutionName,  # click.Choice(RESOLUTIONS) gives no other
+    reason: str,
+    actor: str,
+    as_json: bool,
 ) -> None:
     """End TASK_ID's hand-off (claim it first)."""
     result = ctx.app.resolve_handoff(

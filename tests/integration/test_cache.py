@@ -72,13 +72,15 @@ def test_a_stale_cache_does_not_refuse_what_the_store_allows(
     assert decision.state is TaskState.COMPLETED
 
 
-def test_a_still_illegal_command_is_refused_after_the_check(
+def test_a_command_the_store_refuses_is_refused_after_reloading(
     service: RecoveryService, other: RecoveryService
 ) -> None:
     service.start_task("t1")
-    service.record_gate("t1", 0)
+    service.record_gate("t1", 1)  # cached as GATE_FAILED, which takes gates
+    other.record_gate("t1", 0)  # the store: COMPLETED, which does not
     with pytest.raises(IllegalTransition, match="COMPLETED"):
         service.record_gate("t1", 1)
+    assert service.task("t1").consecutive_failures == 0
 
 
 def test_a_stale_cache_does_not_answer_without_writing(
@@ -126,3 +128,26 @@ def test_threads_driving_tasks_of_one_run(db_path: Path) -> None:
         assert state.status == "COMPLETED"
         assert sorted(state.completed) == sorted(nodes)
         assert state.ready == ()
+
+
+def test_a_stale_cached_run_still_reacts(db_path: Path) -> None:
+    """The task is fresh but the cached run is not: resuming the task must
+    resume the run the store holds paused (no run event was written on the
+    stale copy, so no version conflict could catch it)."""
+    policy = Policy(escalation_threshold=1, handoff_threshold=10)
+    env = {"SQLITE_DBNAME": str(db_path)}
+    with (
+        RecoveryService(env=env, policy=policy) as first,
+        RecoveryService(env=env, policy=policy) as second,
+    ):
+        first.start_run("r", {"a": [], "b": []})
+        first.start_task("b", run_id="r")  # first caches the run
+        second.start_task("a", run_id="r")
+        second.record_gate("a", 1)  # a escalates: the stored run is paused by a
+        result = first.resume("a", actor="human", reason="go on")
+        assert result.run_status == "RUNNING"
+        state = second.run_state("r")
+        assert (state.status, state.paused_by) == ("RUNNING", ())
+        second.record_gate("b", 1)  # b escalates: the stored run is paused by b
+        first.record_gate("a", 1)  # first's run is stale again; a escalates too
+        assert sorted(second.run_state("r").paused_by) == ["a", "b"]

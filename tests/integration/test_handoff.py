@@ -141,7 +141,12 @@ def test_resolve_needs_a_claim_and_a_known_resolution(
     service.claim_handoff(TASK, actor="carol")
     events = event_count(db_path)
     with pytest.raises(InvalidInput, match="resolution must be one of"):
-        service.resolve_handoff(TASK, actor="carol", resolution="later", reason="r")
+        service.resolve_handoff(
+            TASK,
+            actor="carol",
+            resolution="later",  # type: ignore[arg-type]
+            reason="r",
+        )
     with pytest.raises(IllegalTransition, match="already claimed by 'carol'"):
         service.claim_handoff(TASK, actor="dave")
     assert event_count(db_path) == events

@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 from unittest import skip
 
+import pytest
 from eventsourcing.tests import persistence as contract
 
 from devs.adapters.persistence import OrjsonTranscoder
@@ -149,3 +150,25 @@ def test_save_takes_events_as_well_as_aggregates(service: RecoveryService) -> No
     assert [r.domain_event.originator_id for r in recordings] == ["task:t9"]
     assert service.task("t9").starting_commit == "c"
     assert service.save(None) == []
+
+
+def test_a_snapshot_that_cannot_be_written_does_not_undo_the_command(
+    service: RecoveryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The events are committed before the snapshot: a caller told "failed"
+    would retry and count the failure twice."""
+    from eventsourcing.persistence import OperationalError
+
+    interval = RecoveryService.snapshotting_intervals[Task]
+    service.start_task("t1")
+    for _ in range(interval - 2):
+        service.report_entropy("t1", 0.1)
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OperationalError("database or disk is full")
+
+    assert service.snapshots is not None
+    monkeypatch.setattr(service.snapshots, "put", full_disk)
+    decision = service.record_gate("t1", 1)  # the event that is due a snapshot
+    assert decision.consecutive_failures == 1
+    assert service.task("t1").version == interval

@@ -11,12 +11,18 @@ from eventsourcing.persistence import Tracking
 from eventsourcing.sqlite import SQLiteDatastore
 from eventsourcing.tests import persistence as contract
 
-from devs.domain import InvalidInput, RecoveryService
+from devs.domain import InvalidInput, Policy, RecoveryService
 from devs.domain.chart import TaskState
 from devs.projections.registry import SQLITE
+from devs.projections.sqlite import SQLiteReadModels
 from devs.projections.tasks import SQLiteTasksView
 from tests.helpers import READ_MODEL_TABLES as TABLES
 from tests.helpers import table_rows
+
+
+def sqlite_models(service: RecoveryService) -> SQLiteReadModels:
+    assert isinstance(service.read_models, SQLiteReadModels)
+    return service.read_models
 
 
 def drive(service: RecoveryService) -> None:
@@ -200,3 +206,52 @@ class TestSQLiteViewTracking(contract.TrackingRecorderTestCase):
         view = SQLiteTasksView(self.datastore, tracking_name="app/tasks.v1")
         view.setup()
         return view
+
+
+def test_two_catch_ups_of_one_view_fold_each_event_once(db_path: Path) -> None:
+    """One process reads its position, another catches the view up part of the
+    way meanwhile; the first must not fold those events a second time."""
+    policy = Policy(escalation_threshold=1, handoff_threshold=10)
+    env = {"SQLITE_DBNAME": str(db_path)}
+    with (
+        RecoveryService(env=env, policy=policy) as a,
+        RecoveryService(env=env, policy=policy) as b,
+    ):
+        a.catch_up()
+        b.catch_up()
+        a.start_task("t1")
+        a.record_gate("t1", 1)  # escalates once
+        part = a.recorder.max_notification_id() or 0
+        a.resume("t1", actor="h", reason="r")
+        models_a, models_b = sqlite_models(a), sqlite_models(b)
+        read_positions = models_a.positions
+
+        def positions_then_b_catches_up() -> dict[str, int]:
+            found = read_positions()
+            models_b.catch_up_to(part)
+            return found
+
+        models_a.positions = positions_then_b_catches_up  # type: ignore[method-assign]
+        a.catch_up()
+        models_a.positions = read_positions  # type: ignore[method-assign]
+        assert a.failure_report("t1").escalations == 1
+        assert [s.task_id for s in a.pending_sessions()] == []
+        live = table_rows(db_path)
+        a.rebuild_projections()
+        assert table_rows(db_path) == live
+
+
+def test_lessons_read_during_another_process_rebuild_are_not_kept(
+    db_path: Path,
+) -> None:
+    env = {"SQLITE_DBNAME": str(db_path)}
+    strategy = "patch the tokenizer with a regex"
+    with RecoveryService(env=env) as x, RecoveryService(env=env) as y:
+        x.start_task("t")
+        x.log_lesson("t", strategy, "broke unicode")
+        x.catch_up()
+        lessons = sqlite_models(y).views["lessons_learned"]
+        lessons.clear()  # y's rebuild has cleared the table ...
+        x.is_strategy_blacklisted("t", strategy)  # ... when x reads it
+        y.rebuild_projections(["lessons_learned"])  # back to the same position
+        assert x.is_strategy_blacklisted("t", strategy)

@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from devs.domain import IllegalTransition, Policy, RecoveryService
 from devs.domain.blacklist import SIMILARITY_RATIO
 from devs.domain.task import Task
+from devs.domain.values import ResolutionName
 from tests.helpers import levenshtein, table_rows
 
 STRATEGIES = ["alpha approach", "alpha approaches", "beta plan", "gamma route"]
@@ -204,7 +205,7 @@ class LadderMachine(RuleBasedStateMachine):
         task=st.sampled_from(TASKS),
         resolution=st.sampled_from(["return", "complete", "skip"]),
     )
-    def resolve(self, task: str, resolution: str) -> None:
+    def resolve(self, task: str, resolution: ResolutionName) -> None:
         model = self.models[task]
 
         def call() -> object:

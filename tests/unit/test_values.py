@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -624,14 +623,14 @@ def test_validated_keeps_name_doc_and_signature() -> None:
     )
 
 
-def test_wrong_arity_is_still_a_type_error() -> None:
-    with pytest.raises(TypeError, match=re.escape("missing required argument")):
+def test_wrong_arity_is_still_a_type_error_in_python_s_words() -> None:
+    with pytest.raises(TypeError, match="missing a required argument: 'exit_code'"):
         LOOSE.record_gate("t")
-    with pytest.raises(TypeError, match="unexpected keyword argument: 'code'"):
+    with pytest.raises(TypeError, match="got an unexpected keyword argument 'code'"):
         LOOSE.record_gate("t", 0, code=1)
-    with pytest.raises(TypeError, match="unexpected positional argument"):
+    with pytest.raises(TypeError, match="too many positional arguments"):
         LOOSE.start_task("t", "r1")
-    with pytest.raises(TypeError, match="multiple values for argument"):
+    with pytest.raises(TypeError, match="multiple values for argument 'task_id'"):
         LOOSE.record_gate("t", 0, task_id="u")
 
 

@@ -1,0 +1,85 @@
+"""Arguments the service refuses, through its public methods: the error names
+the argument, and nothing is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devs.domain import InvalidInput, RecoveryService
+from devs.domain.chart import TaskState
+from devs.domain.names import Resolution
+from devs.domain.values import POSITION_MAX, RESOLUTIONS, STATES
+from tests.helpers import event_count
+
+
+def test_the_literal_choices_are_the_domain_s_own() -> None:
+    assert tuple(Resolution) == RESOLUTIONS
+    assert tuple(TaskState) == STATES
+
+
+@pytest.fixture
+def handed_off(service: RecoveryService) -> RecoveryService:
+    service.start_task("t1")
+    for _ in range(5):
+        if service.record_gate("t1", 1).outcome == "escalate":
+            service.resume("t1", actor="h", reason="again")
+    service.claim_handoff("t1", actor="h")
+    return service
+
+
+@pytest.mark.parametrize(
+    ("resolution", "shown"),
+    [(b"return", "b'return'"), (1, "1"), ("Return", "'Return'"), (None, "None")],
+)
+def test_a_resolution_must_be_one_of_the_three(
+    handed_off: RecoveryService, db_path: Path, resolution: object, shown: str
+) -> None:
+    before = event_count(db_path)
+    with pytest.raises(InvalidInput) as refused:
+        handed_off.resolve_handoff(
+            "t1",
+            actor="h",
+            resolution=resolution,  # type: ignore[arg-type]
+            reason="r",
+        )
+    assert str(refused.value) == (
+        f"resolution must be one of return, complete, skip; got {shown}"
+    )
+    assert event_count(db_path) == before
+
+
+def test_a_resolution_may_be_the_enum_member(handed_off: RecoveryService) -> None:
+    result = handed_off.resolve_handoff(
+        "t1",
+        actor="h",
+        resolution=Resolution.COMPLETE,  # type: ignore[arg-type]
+        reason="done",
+    )
+    assert result.state is TaskState.COMPLETED
+
+
+@pytest.mark.parametrize("state", [b"HAND_OFF", "hand_off", 3])
+def test_a_state_filter_must_be_a_state(
+    service: RecoveryService, state: object
+) -> None:
+    with pytest.raises(InvalidInput, match=r"^state must be one of RUNNING, "):
+        service.tasks(state=state)  # type: ignore[arg-type]
+
+
+def test_notifications_after_the_last_possible_position(
+    service: RecoveryService,
+) -> None:
+    assert service.notifications(after=POSITION_MAX) == []
+    with pytest.raises(InvalidInput, match=r"^after must be a non-negative integer"):
+        service.notifications(after=POSITION_MAX + 1)
+
+
+def test_a_call_that_does_not_fit_the_signature_is_a_type_error(
+    service: RecoveryService,
+) -> None:
+    with pytest.raises(TypeError, match=r"RecoveryService\.resume\(\) too many"):
+        service.resume("t1", "actor", "reason")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="missing a required argument: 'actor'"):
+        service.resume("t1", reason="r")  # type: ignore[call-arg]
