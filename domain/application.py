@@ -23,7 +23,7 @@ from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import EnvType, get_topic, resolve_topic
 
 from devs.domain import blacklist, journal
-from devs.domain.chart import TaskState, Trigger, destination
+from devs.domain.chart import WAITING, Trigger, destination
 from devs.domain.commands import TaskCommands
 from devs.domain.decisions import (
     ActionResult,
@@ -371,7 +371,7 @@ class RecoveryService(TaskCommands):
         self.read_models.catch_up()
         return [
             entry
-            for state in (TaskState.ESCALATION, TaskState.PAUSED, TaskState.HAND_OFF)
+            for state in WAITING
             for entry in self.read_models.task_entries(state=state)
         ]
 
@@ -450,7 +450,7 @@ class RecoveryService(TaskCommands):
         self.read_models.catch_up()
         strategies = self.read_models.lesson_strategies(task_id)
         if not strategies:  # a task with lessons exists; one without may not
-            _found(self.read_models.task_entry(task_id), task_id)
+            self._require_task(task_id)
         return strategies
 
     def _require_task(self, task_id: str) -> None:

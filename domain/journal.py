@@ -19,7 +19,6 @@ import orjson
 from devs.domain.decisions import Notification
 from devs.domain.names import (
     HAND_OFF_REQUIRED,
-    STOP_LOG_EVENTS,
     HumanAction,
     LogEvent,
     NotificationKind,
@@ -37,18 +36,14 @@ logging.getLogger("devs").addHandler(logging.NullHandler())
 Line = tuple[LogEvent, dict[str, Any]]
 
 STOP_EVENTS = (Task.Escalated, Task.HandedOff, Task.Paused)
-"""The events whose lines are STOP_LOG_EVENTS (written at WARNING)."""
+"""Events that stop an agent: their lines are written at WARNING, others at INFO."""
 
 
 def record(domain_event: Any, position: int | None) -> None:
     """Write the decision-log line of one recorded event."""
-    if not logger.isEnabledFor(logging.INFO) and not isinstance(
-        domain_event, STOP_EVENTS
-    ):
-        return  # only stops are logged at WARNING: skip describing the rest
-    event, fields = describe(domain_event)
-    level = logging.WARNING if event in STOP_LOG_EVENTS else logging.INFO
-    if logger.isEnabledFor(level):
+    level = logging.WARNING if isinstance(domain_event, STOP_EVENTS) else logging.INFO
+    if logger.isEnabledFor(level):  # lines a disabled level drops are not built
+        event, fields = describe(domain_event)
         line = {"event": event, **fields, "position": position}
         logger.log(level, orjson.dumps(line, default=str).decode())
 

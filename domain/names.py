@@ -67,15 +67,5 @@ class LogEvent(StrEnum):
     RUN_COMPLETED = "RUN_COMPLETED"
 
 
-STOP_LOG_EVENTS = frozenset(
-    {
-        LogEvent.ESCALATION_TRIGGERED,
-        LogEvent.HAND_OFF_REQUIRED,
-        LogEvent.TASK_PAUSED,
-        LogEvent.ENTROPY_LIMIT,
-    }
-)
-"""Log events that stop an agent: written at WARNING, the rest at INFO."""
-
 HAND_OFF_REQUIRED = "hand_off_required"
 """The status (and suspension reason) of a task in the human queue."""

@@ -17,9 +17,9 @@ Strings are strict (``bytes`` and numbers are refused, not converted). A string
 with a lone surrogate (``"\\ud800"``) cannot be stored as UTF-8 and is refused:
 ``"<name> must be valid Unicode text (no lone surrogates)"``.
 
-Enumerated values (``resolution``, ``state``) are plain ``str`` parameters checked
-in the body with :func:`choice`: it accepts exactly the listed strings (or the
-``StrEnum`` members equal to them) and words the refusal
+Enumerated values (``resolution``, ``state``) are ``Literal`` types
+(:data:`ResolutionName`, :data:`StateName`): exactly the listed strings, or the
+``StrEnum`` members equal to them; the refusal reads
 ``"resolution must be one of return, complete, skip; got 'x'"``.
 
 Cycles and unknown prerequisites in a DAG are the run's business
@@ -85,7 +85,6 @@ __all__ = [
     "TaskId",
     "Version",
     "Wording",
-    "choice",
     "validated",
 ]
 
@@ -423,14 +422,6 @@ StateName = Annotated[
     _one_of(STATES),
 ]
 """A task state (a ``TaskState`` member or its value)."""
-
-
-def choice(name: str, value: object, allowed: Sequence[str]) -> str:
-    """``value`` if it is one of ``allowed``, else :class:`InvalidInput`."""
-    if not isinstance(value, str) or value not in allowed:
-        msg = f"{name} must be one of {', '.join(allowed)}; got {_describe(value)}"
-        raise InvalidInput(msg)
-    return value
 
 
 # ======================================================== the decorator

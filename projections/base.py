@@ -46,8 +46,6 @@ class ReadModelProjection(Projection[TView], Generic[TView]):
     event type on it, so each read model has its own dispatch table.
     """
 
-    view_name: ClassVar[str]
-
     @classmethod
     def handler_for(cls, event_class: type[Any]) -> Handler | None:
         """The fold for ``event_class``; ``None`` when it only records the position.

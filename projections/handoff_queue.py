@@ -36,7 +36,6 @@ class HandoffQueueView(TrackingRecorder, ABC):
 
 
 class HandoffQueueProjection(ReadModelProjection[HandoffQueueView]):
-    view_name = "handoff_queue"
     process_event = folds()
 
     @process_event.register

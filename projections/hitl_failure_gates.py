@@ -32,7 +32,6 @@ class FailureGatesView(TrackingRecorder, ABC):
 
 
 class FailureGatesProjection(ReadModelProjection[FailureGatesView]):
-    view_name = "hitl_failure_gates"
     process_event = folds()
 
     @process_event.register(Task.Escalated)

@@ -37,7 +37,6 @@ class HumanSessionsView(TrackingRecorder, ABC):
 
 
 class HumanSessionsProjection(ReadModelProjection[HumanSessionsView]):
-    view_name = "hitl_sessions"
     process_event = folds()
 
     @process_event.register(Task.Escalated)

@@ -43,7 +43,6 @@ def lesson_id(task_id: str, strategy: str) -> str:
 
 
 class LessonsProjection(ReadModelProjection[LessonsView]):
-    view_name = "lessons_learned"
     process_event = folds()
 
     @process_event.register

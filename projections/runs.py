@@ -57,7 +57,6 @@ class RunsView(TrackingRecorder, ABC):
 
 
 class RunsProjection(ReadModelProjection[RunsView]):
-    view_name = "runs"
     process_event = folds()
 
     @process_event.register

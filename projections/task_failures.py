@@ -53,7 +53,6 @@ class TaskFailuresView(TrackingRecorder, ABC):
 
 
 class TaskFailuresProjection(ReadModelProjection[TaskFailuresView]):
-    view_name = "task_failures"
     process_event = folds()
 
     @process_event.register

@@ -59,7 +59,6 @@ def _entry(row: dict[str, Any]) -> TaskIndexEntry:
 
 
 class TasksProjection(ReadModelProjection[TasksView]):
-    view_name = "tasks"
     process_event = folds()
 
     @process_event.register

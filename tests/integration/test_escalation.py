@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import orjson
 import pytest
 
 from devs.domain import GateDecision, IllegalTransition, Outcome, RecoveryService
@@ -188,3 +190,40 @@ def test_counters_do_not_carry_between_runs(service: RecoveryService) -> None:
     fail(service, "t", "b")
     service.start_task("t-again", run_id="r2")
     assert fail(service, "t-again", "a").consecutive_failures == 1
+
+
+def test_stops_are_logged_at_warning_and_the_rest_at_info(
+    service: RecoveryService, decisions: pytest.LogCaptureFixture
+) -> None:
+    service.start_task("t1")
+    for _ in range(3):
+        service.record_gate("t1", 1, error="boom")
+    service.resume("t1", actor="h", reason="again")
+    service.report_entropy("t1", 0.9)
+    levels = {
+        orjson.loads(record.getMessage())["event"]: record.levelname
+        for record in decisions.records
+        if record.name == "devs.decisions"
+    }
+    assert levels == {
+        "TASK_STARTED": "INFO",
+        "GATE_FAILED": "INFO",
+        "ESCALATION_TRIGGERED": "WARNING",
+        "HUMAN_ACTION": "INFO",
+        "ENTROPY_LIMIT": "WARNING",
+    }
+
+
+def test_with_info_off_only_stops_are_logged(
+    service: RecoveryService, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="devs.decisions")
+    service.start_task("t1")
+    for _ in range(3):
+        service.record_gate("t1", 1)
+    events = [
+        orjson.loads(r.getMessage())["event"]
+        for r in caplog.records
+        if r.name == "devs.decisions"
+    ]
+    assert events == ["ESCALATION_TRIGGERED"]
