@@ -104,6 +104,9 @@ class Aggregate(BaseAggregate[str]):
     DERIVED: ClassVar[tuple[str, ...]] = ()
     """Attributes computed from the others: not snapshotted, see ``derive``."""
 
+    Snapshot: ClassVar[type[AggregateSnapshot]]
+    """Each aggregate's snapshot class (a nested ``AggregateSnapshot``)."""
+
     class Event(AggregateEvent):
         pass
 

@@ -172,3 +172,63 @@ def test_a_snapshot_that_cannot_be_written_does_not_undo_the_command(
     decision = service.record_gate("t1", 1)  # the event that is due a snapshot
     assert decision.consecutive_failures == 1
     assert service.task("t1").version == interval
+
+
+def test_snapshots_equal_a_replay_of_the_log(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each snapshot holds the state the log gives at its version.
+
+    The service snapshots a just-saved aggregate as held in memory. With an
+    interval of 3, commands that record several events cross it mid-batch:
+    the snapshot is then taken at the batch's last version, and must still
+    equal a replay of the events alone up to that version.
+    """
+    from eventsourcing.application import Repository
+
+    from devs.domain.model import Aggregate, AggregateSnapshot
+    from devs.domain.run import Run
+
+    monkeypatch.setattr(RecoveryService, "snapshotting_intervals", {Task: 3, Run: 3})
+    app = RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+    try:
+        app.start_run("r1", {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]})
+        app.start_task("a", run_id="r1")
+        for _ in range(3):
+            app.begin_attempt("a", "same idea")
+            app.record_gate("a", 1, error="boom")  # escalates at 3
+        app.resume("a", actor="ann", reason="try again")
+        app.log_lesson("a", "same idea", "it never worked")
+        app.report_entropy("a", 0.95)  # pauses
+        app.resume("a", actor="ann", reason="calmer now")
+        app.record_gate("a", 0)
+        for node in ("b", "c"):
+            app.start_task(node, run_id="r1")
+            app.record_gate(node, 0)
+        app.start_task("d", run_id="r1")
+        for _ in range(3):
+            app.record_gate("d", 1, error="still red")  # escalates at 3
+        for reason in ("one more go", "last go"):
+            app.resume("d", actor="ann", reason=reason)
+            app.record_gate("d", 1, error="still red")  # escalates, hands off at 5
+        app.claim_handoff("d", actor="bob")
+        app.resolve_handoff(
+            "d", actor="bob", resolution="complete", reason="fixed by hand"
+        )
+
+        assert app.snapshots is not None
+        log_only = Repository(app.events)
+        versions: list[int] = []
+        for aggregate_id in ("task:a", "task:b", "task:d", "run:r1"):
+            for snapshot in app.snapshots.get(aggregate_id):
+                assert isinstance(snapshot, AggregateSnapshot)
+                replayed: Aggregate = log_only.get(
+                    aggregate_id, version=snapshot.originator_version
+                )
+                expected = type(replayed).Snapshot.take(replayed)
+                assert snapshot.state == expected.state, aggregate_id
+                versions.append(snapshot.originator_version)
+        assert len(versions) >= 10
+        assert any(version % 3 for version in versions)  # past a due version
+    finally:
+        app.close()
