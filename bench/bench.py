@@ -1,7 +1,8 @@
 """devs-recovery benchmarks: one run, every figure, ratios measured side by side.
 
     python bench/bench.py [--decisions N] [--steps N] [--lessons A B]
-                          [--run-tasks N] [--run-gates N] [--events A B] [--dir DIR]
+                          [--run-tasks N] [--run-gates N] [--events A B]
+                          [--redaction-chars ORDINARY HOSTILE] [--dir DIR]
 
 Only the public API of ``RecoveryService`` (docs/python-api.md) is timed. Prints a
 markdown table, then one line per target saying whether this run met it:
@@ -21,6 +22,11 @@ markdown table, then one line per target saying whether this run met it:
    on a ready node inside it (median; target <= 5 ms).
 5. ``task()`` of a task with 1,000 and 10,000 events on a new service (cold: no
    cached aggregate). Target <= 10 ms for the larger.
+6. Redaction MB/s (``--redaction-chars``): 5 MB of ordinary test-runner output,
+   and the slowest of the hostile 200,000-character texts the issue "Hardening"
+   lists (target >= 20 MB/s for both); the slowest of the corpus's other hostile
+   texts (reported only); and the longest ``record_gate`` of any of them, which
+   redacts and records the output (target < 1 s). See bench/redaction_speed.py.
 
 Rows 1 and 2 are measured in alternating rounds, so the mood of a shared, noisy
 disk (other tenants, write-back) is spread evenly over everything compared. Set
@@ -47,6 +53,7 @@ from typing import Any, TypedDict, cast
 
 from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
+from redaction_speed import Speeds, speeds
 
 from devs.domain import Policy, RecoveryService
 
@@ -370,6 +377,43 @@ class Row:
         return "| " + " | ".join(cells) + " |"
 
 
+def redaction_rows(measured: Speeds, chars: Sequence[int]) -> list[Row]:
+    ordinary, hostile = chars
+    slowest = min(measured.issue, key=lambda speed: speed.mb_per_s)
+    other = min(measured.more, key=lambda speed: speed.mb_per_s)
+    every = [measured.ordinary, *measured.issue, *measured.more]
+    longest = max(every, key=lambda speed: speed.record_s)
+    return [
+        Row(
+            f"redact, ordinary test-runner output ({ordinary:,} chars)",
+            f"{measured.ordinary.mb_per_s:.1f} MB/s",
+            target=">= 20 MB/s",
+            verdict=measured.ordinary.mb_per_s >= 20,
+            note=f"{measured.ordinary.mb_per_s:.1f} MB/s",
+        ),
+        Row(
+            f"redact, slowest of the issue's {len(measured.issue)} hostile texts "
+            f"({hostile:,} chars)",
+            f"{slowest.mb_per_s:.1f} MB/s ({slowest.label})",
+            target=">= 20 MB/s",
+            verdict=slowest.mb_per_s >= 20,
+            note=f"{slowest.mb_per_s:.1f} MB/s on {slowest.label}",
+        ),
+        Row(
+            f"redact, slowest of {len(measured.more)} more hostile texts "
+            f"({hostile:,} chars)",
+            f"{other.mb_per_s:.1f} MB/s ({other.label})",
+        ),
+        Row(
+            "record_gate with any of those as output, longest",
+            f"{longest.record_s * 1000:.1f} ms ({longest.label})",
+            target="< 1 s",
+            verdict=longest.record_s < 1,
+            note=f"{longest.record_s * 1000:.1f} ms",
+        ),
+    ]
+
+
 def verdict(row: Row) -> str:
     if row.verdict is None:
         return f"target not measured: {row.measure}: {row.baseline}"
@@ -390,6 +434,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--events", type=int, nargs=2, default=[1_000, 10_000], metavar=("A", "B")
+    )
+    parser.add_argument(
+        "--redaction-chars",
+        type=int,
+        nargs=2,
+        default=[5_000_000, 200_000],
+        metavar=("ORDINARY", "HOSTILE"),
     )
     parser.add_argument("--dir", type=Path, default=None, help="where the files go")
     return parser.parse_args(argv)
@@ -417,6 +468,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         (n, load_ms(base / "load.sqlite", f"events-{i}", n))
         for i, n in enumerate(args.events)
     ]
+    say("redaction")
+    redaction = speeds(base / "redaction.sqlite", *args.redaction_chars)
     say("done")
 
     rows: list[Row] = []
@@ -500,6 +553,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 note=f"{ms:.2f} ms",
             )
         )
+
+    rows += redaction_rows(redaction, args.redaction_chars)
 
     header = (
         f"files in {base}; devs-recovery ({measured.source}) and raw sqlite3: "

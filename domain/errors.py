@@ -7,9 +7,21 @@ that raises has written nothing.
 
 from __future__ import annotations
 
+from devs.domain.redaction import redact
+
 
 class DevsError(Exception):
-    """Base class of every error raised by devs-recovery."""
+    """Base class of every error raised by devs-recovery.
+
+    Its message is redacted: an error that quotes what a caller sent (a value
+    out of range, an unknown id) never carries a credential to a log or a
+    terminal.
+    """
+
+    def __init__(self, *args: object) -> None:
+        if args and isinstance(args[0], str):
+            args = (redact(args[0]), *args[1:])
+        super().__init__(*args)
 
 
 class InvalidInput(DevsError, ValueError):

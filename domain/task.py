@@ -328,6 +328,7 @@ class Task(Aggregate):
         output: str | None,
     ) -> None:
         """Record a gate result; a failure climbs the ladder, a pass completes."""
+        gate = redact(gate) if gate else gate
         if result.passed:
             destination(Trigger.PASS_GATE, self.state)
             clean_strategy = redact(strategy) if strategy else self.current_strategy
@@ -402,7 +403,7 @@ class Task(Aggregate):
         """Let the agent go on; returns the human session this answers."""
         destination(Trigger.RESUME, self.state)
         session_id = self.pending_session_id
-        self._resume(actor=actor, reason=redact(reason), session_id=session_id)
+        self._resume(actor=redact(actor), reason=redact(reason), session_id=session_id)
         return session_id
 
     def rewind(self, *, actor: str, reason: str, to_commit: str | None) -> str | None:
@@ -410,7 +411,7 @@ class Task(Aggregate):
         destination(Trigger.REWIND, self.state)
         session_id = self.pending_session_id
         self._rewind(
-            actor=actor,
+            actor=redact(actor),
             reason=redact(reason),
             to_commit=to_commit if to_commit is not None else self.starting_commit,
             session_id=session_id,
@@ -421,7 +422,7 @@ class Task(Aggregate):
         """Skip the task; returns the human session this answers."""
         destination(Trigger.SKIP, self.state)
         session_id = self.pending_session_id
-        self._skip(actor=actor, reason=redact(reason), session_id=session_id)
+        self._skip(actor=redact(actor), reason=redact(reason), session_id=session_id)
         return session_id
 
     def claim_handoff(self, *, actor: str) -> None:
@@ -432,7 +433,7 @@ class Task(Aggregate):
                 f"{self.claimed_by!r}"
             )
             raise IllegalTransition(msg, state=self.state)
-        self._claim(actor=actor)
+        self._claim(actor=redact(actor))
 
     def resolve_handoff(
         self, *, actor: str, resolution: Resolution, reason: str
@@ -444,7 +445,7 @@ class Task(Aggregate):
                 "claim it before resolving it"
             )
             raise IllegalTransition(msg, state=self.state)
-        self._resolve(actor=actor, reason=redact(reason), resolution=resolution)
+        self._resolve(actor=redact(actor), reason=redact(reason), resolution=resolution)
 
     # -------------------------------------------------------------- internals
 

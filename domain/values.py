@@ -48,6 +48,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from devs.domain.errors import InvalidInput
+from devs.domain.redaction import redact, secret_kind
 
 __all__ = [
     "DAG_MAX_NODES",
@@ -128,7 +129,9 @@ def _got(value: object) -> str:
 #
 # Each raises a PydanticCustomError whose message completes "<name> ...".
 
-_OWN_ERRORS = frozenset({"blank", "control_characters", "surrounding_whitespace"})
+_OWN_ERRORS = frozenset(
+    {"blank", "control_characters", "surrounding_whitespace", "credential"}
+)
 
 
 def _not_blank(value: str) -> str:
@@ -162,6 +165,20 @@ def _trimmed(value: str) -> str:
             "surrounding_whitespace",
             "must not start or end with whitespace: {value}",
             {"value": _describe(value)},
+        )
+    return value
+
+
+def _no_credential(value: str) -> str:
+    # Ids are stored and shown as they are: one that holds a credential is
+    # refused (without echoing it) rather than rewritten into another id.
+    kind = secret_kind(value)
+    if kind is not None:
+        raise PydanticCustomError(
+            "credential",
+            "looks like it holds a credential ({kind}); ids are stored as given, "
+            "so it is refused",
+            {"kind": kind},
         )
     return value
 
@@ -276,11 +293,12 @@ TaskId = Annotated[
     StringConstraints(strict=True, min_length=1, max_length=ID_MAX),
     AfterValidator(_not_blank),
     AfterValidator(_one_line),
+    AfterValidator(_no_credential),
     AfterValidator(_trimmed),
     _TEXT,
 ]
 """A task, run, commit or node id, or an actor: 1-200 characters, one line, not
-blank, no surrounding whitespace."""
+blank, no surrounding whitespace, nothing that :func:`redact` would remove."""
 RunId = TaskId
 CommitId = TaskId
 Actor = TaskId
@@ -291,9 +309,10 @@ AgentName = Annotated[
     StringConstraints(strict=True, min_length=1, max_length=NAME_MAX),
     AfterValidator(_not_blank),
     AfterValidator(_one_line),
+    AfterValidator(redact),
     _TEXT,
 ]
-"""An agent or gate name: 1-200 characters, one line, not blank."""
+"""An agent or gate name: 1-200 characters, one line, not blank; redacted."""
 GateName = AgentName
 
 Strategy = Annotated[
@@ -301,35 +320,39 @@ Strategy = Annotated[
     StringConstraints(strict=True, min_length=1, max_length=STRATEGY_MAX),
     AfterValidator(_not_blank),
     AfterValidator(_no_nul),
+    AfterValidator(redact),
     _TEXT,
 ]
-"""A strategy (also a failed strategy or a candidate): 1-4,000 characters."""
+"""A strategy (also a failed strategy or a candidate): 1-4,000 characters; redacted."""
 
 RcaSummary = Annotated[
     str,
     StringConstraints(strict=True, min_length=1, max_length=SUMMARY_MAX),
     AfterValidator(_not_blank),
     AfterValidator(_no_nul),
+    AfterValidator(redact),
     _TEXT,
 ]
-"""What a root-cause analysis found: 1-16,000 characters."""
+"""What a root-cause analysis found: 1-16,000 characters; redacted."""
 
 Reason = Annotated[
     str,
     StringConstraints(strict=True, min_length=1, max_length=REASON_MAX),
     AfterValidator(_not_blank),
     AfterValidator(_no_nul),
+    AfterValidator(redact),
     _TEXT,
 ]
-"""Why a human acted: 1-4,000 characters."""
+"""Why a human acted: 1-4,000 characters; redacted."""
 
 ErrorText = Annotated[
     str,
     StringConstraints(strict=True, max_length=ERROR_MAX),
     AfterValidator(_no_nul),
+    AfterValidator(redact),
     _TEXT,
 ]
-"""A gate's error message: up to 100,000 characters, may be empty."""
+"""A gate's error message: up to 100,000 characters, may be empty; redacted."""
 
 OutputText = Annotated[
     str,
@@ -338,6 +361,9 @@ OutputText = Annotated[
     _TEXT,
 ]
 """A gate's output: up to 10,000,000 characters, may be empty.
+
+Not redacted here: the task redacts it once, whole, when it records the gate
+(the error hash is taken of the redacted output), and it goes nowhere else.
 
 Linear time: pydantic-core counts the characters on the string's UTF-8 form
 (which CPython then keeps on the string). 10,000,000 ASCII characters take about

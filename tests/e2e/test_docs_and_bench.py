@@ -46,6 +46,7 @@ def test_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
             str(ROOT / "bench" / "bench.py"),
             *("--decisions", "40", "--steps", "20", "--lessons", "5", "10"),
             *("--run-tasks", "60", "--run-gates", "20", "--events", "20", "120"),
+            *("--redaction-chars", "20000", "2000"),
             *("--dir", str(tmp_path)),
         ],
         capture_output=True,
@@ -66,6 +67,10 @@ def test_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
         "(median of 20) | ",
         "| task() of a task of 20 events, cold (new service) | ",
         "| task() of a task of 120 events, cold (new service) | ",
+        "| redact, ordinary test-runner output (20,000 chars) | ",
+        "| redact, slowest of the issue's 12 hostile texts (2,000 chars) | ",
+        "| redact, slowest of 12 more hostile texts (2,000 chars) | ",
+        "| record_gate with any of those as output, longest | ",
     ]
     assert len(rows) == len(labels)
     for row, label in zip(rows, labels, strict=True):
@@ -82,9 +87,10 @@ def test_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
     assert lines[0].startswith("files in ")
     assert "journal_mode=" in lines[0]
     verdicts = [line for line in lines if line.startswith("target ")]
-    assert len(verdicts) == 7  # every row but the smaller load has a target
+    # Every row has a target but the smaller load and the other hostile texts.
+    assert len(verdicts) == 10
     judged = [v for v in verdicts if v.startswith(("target met: ", "target MISSED: "))]
-    assert len(judged) == (7 if langgraph_importable else 6)  # the rest: not measured
+    assert len(judged) == (10 if langgraph_importable else 9)  # the rest: not measured
 
 
 def _command_paths(group: object, prefix: str = "") -> list[str]:

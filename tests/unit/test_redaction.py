@@ -8,33 +8,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from devs.domain.redaction import REDACTED, error_hash, excerpt, redact
-
-SECRETS = [
-    ("Authorization: Bearer abcdef0123456789xyz", "abcdef0123456789xyz"),
-    ("curl -H 'Authorization: token ghp_abcdefghijklmnopqrstuvwxyz0123456789'", "ghp_"),
-    ("export GITHUB_TOKEN=ghp_abcdefghijklmnopqrstuvwxyz0123456789", "ghp_abc"),
-    ("key AKIAIOSFODNN7EXAMPLE in use", "AKIAIOSFODNN7EXAMPLE"),
-    ("OPENAI_API_KEY=sk-proj-abcdefghijklmnop1234", "sk-proj-abcdefghijklmnop1234"),
-    ("using sk-ant-api03-abcdefghijklmnopqrstu", "sk-ant-api03-abcdefghijklmnopqrstu"),
-    ("password=hunter2 rest", "hunter2"),
-    ('{"db_password": "s3cr3t!"}', "s3cr3t!"),
-    ("DB_PASSWD: pa55word", "pa55word"),
-    ("client_secret='zz-top-secret'", "zz-top-secret"),
-    ("postgresql://admin:topsecret@db.internal:5432/app", "topsecret"),
-    ("redis://:r3d1s@localhost:6379", "r3d1s"),
-    ("slack xoxb-1234567890-abcdefghij", "xoxb-1234567890-abcdefghij"),
-    (
-        "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop",
-        "eyJzdWIiOiIxMjM0NTY3ODkwIn0",
-    ),
-    (
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n"
-        "-----END RSA PRIVATE KEY-----",
-        "MIIEowIBAAKCAQEA",
-    ),
-    ("api_key: AIzaSyA-abcdefghijklmnopqrstuvwxyz01234", "AIzaSyA"),
-]
+from devs.domain.redaction import (
+    REDACTED,
+    RULES,
+    Rule,
+    error_hash,
+    excerpt,
+    redact,
+    secret_kind,
+)
+from tests.corpus import (
+    HOSTILE_HARMLESS,
+    HOSTILE_UNITS,
+    ORDINARY,
+    SECRETS,
+    hostile,
+    runner_output,
+)
 
 
 @pytest.mark.parametrize(("text", "secret"), SECRETS)
@@ -44,22 +34,193 @@ def test_secret_is_redacted(text: str, secret: str) -> None:
     assert REDACTED in cleaned
 
 
-def test_plain_text_is_untouched() -> None:
-    text = "AssertionError: expected 3 == 4 in test_parser.py:12 (token count)"
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_text_survives_verbatim(text: str) -> None:
     assert redact(text) == text
+    assert secret_kind(text) is None
 
 
-def test_connection_string_keeps_user_and_host() -> None:
+def test_every_rule_is_exercised_by_the_corpus() -> None:
+    """A rule no corpus secret needs is either dead or untested."""
+    for rule in RULES:
+        subjects = [text.lower() if rule.lowered else text for text, _ in SECRETS]
+        assert any(rule.pattern.search(text) for text in subjects), rule.kind
+
+
+@pytest.mark.parametrize(("text", "secret"), SECRETS)
+def test_secret_kind_names_what_was_found(text: str, secret: str) -> None:
+    kind = secret_kind(text)
+    assert kind in {rule.kind for rule in RULES}
+    assert secret not in kind
+
+
+def test_what_names_the_secret_is_kept() -> None:
+    assert redact("Authorization: Bearer abcdefgh123") == f"Authorization: {REDACTED}"
+    assert redact("x DB_PASSWORD=hunter2; y") == f"x DB_PASSWORD={REDACTED}; y"
+    assert redact("--token abc123 --verbose") == f"--token {REDACTED} --verbose"
     assert (
-        redact("postgresql://admin:topsecret@db:5432/app")
-        == f"postgresql://admin:{REDACTED}@db:5432/app"
+        redact("https://hooks.slack.com/services/T0/B0/XYZ")
+        == f"https://hooks.slack.com/services/{REDACTED}"
     )
 
 
-@given(st.text(max_size=200))
+def test_a_private_key_block_goes_whole_and_the_rest_stays() -> None:
+    text = (
+        "before\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE-IBx\n"
+        "-----END EC PRIVATE KEY-----\nafter"
+    )
+    assert redact(text) == f"before\n-----BEGIN{REDACTED}\nafter"
+
+
+def test_a_truncated_private_key_block_is_removed_to_the_end() -> None:
+    text = "log\n-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC"
+    assert redact(text) == f"log\n-----BEGIN{REDACTED}"
+
+
+def test_secrets_next_to_each_other_are_each_redacted() -> None:
+    text = "password=a password=b"
+    assert redact(text) == f"password={REDACTED} password={REDACTED}"
+
+
+@pytest.mark.parametrize("unit", HOSTILE_UNITS)
+def test_hostile_text_is_redacted_idempotently(unit: str) -> None:
+    """Each hostile text (timed in bench/bench.py) redacts to a fixed point."""
+    once = redact(hostile(unit))
+    assert redact(once) == once
+
+
+@pytest.mark.parametrize("unit", HOSTILE_HARMLESS)
+def test_hostile_text_without_a_secret_comes_back_as_is(unit: str) -> None:
+    text = hostile(unit)
+    assert redact(text) == text
+
+
+def test_hostile_text_of_secrets_loses_every_one() -> None:
+    assert set(redact(hostile("AKIA", 200)).split(REDACTED)) == {""}
+    assert redact(hostile("Authorization: ", 200)) == f"Authorization: {REDACTED}"
+
+
+def test_secrets_buried_in_long_output_are_found() -> None:
+    noise = runner_output(200_000)
+    for text, _ in SECRETS:
+        cleaned = redact(noise + "\n" + text + "\n" + noise)
+        if "PRIVATE KEY" in text and "-----END" not in text:
+            # A block without its END line runs to the end of the text.
+            assert cleaned == noise + "\n" + redact(text + "\n" + noise)
+        else:
+            assert cleaned == noise + "\n" + redact(text) + "\n" + noise
+
+
+FRAGMENTS = st.sampled_from(
+    [
+        "password",
+        "pass",
+        "token",
+        "api_key",
+        "Authorization",
+        "Bearer ",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "-----END RSA PRIVATE KEY-----",
+        "://",
+        "@",
+        ":",
+        "::",
+        "=",
+        '"',
+        "'",
+        " ",
+        "\n",
+        "-",
+        "--",
+        "AKIA",
+        "ghp_",
+        "eyJ",
+        ".",
+        "abcdefgh",
+        "0123456789",
+        "ABCDEFGHIJKLMNOP",
+        REDACTED,
+        "\u0130",  # lowers to two characters
+    ]
+)
+
+
+@given(st.one_of(st.text(max_size=200), st.lists(FRAGMENTS, max_size=30).map("".join)))
 def test_redaction_is_idempotent(text: str) -> None:
     once = redact(text)
     assert redact(once) == once
+
+
+# For each rule, the shortest text it redacts, holding no other rule's start.
+MINIMAL = {
+    "private key block (PEM, OpenSSH, PGP), with or without its END line": (
+        "-----BEGIN PRIVATE KEY-----0"
+    ),
+    "Authorization header": "authorization: 0",
+    "Cookie header": "cookie: 0",
+    "X-Api-Key header": "x-api-key: 0",
+    "X-Auth-Token header": "x-auth-token: 0",
+    "X-Amz-Security-Token header": "x-amz-security-token: 0",
+    "Bearer credentials": "bearer 00000000",
+    "Basic credentials": "basic 00000000",
+    "password in a URL (scheme://user:password@host)": "://:0@",
+    "Slack webhook URL": "hooks.slack.com/services/0",
+    "Discord webhook URL": "discord.com/api/webhooks/0",
+    "command-line flag (--password x, --token=x, --api-key x)": "--pwd 0",
+    "password assignment (password=, passwd:, passphrase=, pass=)": "pass=0",
+    "pwd assignment (pwd=, pwd: ...)": "pwd=0",
+    "secret assignment (secret=, secret: ...)": "secret=0",
+    "token assignment (token=, token: ...)": "token=0",
+    "credential assignment (credential=, credential: ...)": "credential=0",
+    "session id assignment": "sessionid=0",
+    "key assignment (api_key=, access-key:, X_PRIVATE_KEY=, AccountKey=)": "apikey=0",
+    "AWS access key id (AKIA, ASIA, ...)": "AKIA" + "0" * 16,
+    "GitHub token (ghp_, gho_, ghu_, ghs_, ghr_)": "ghp_" + "0" * 20,
+    "GitHub fine-grained token": "github_pat_" + "0" * 20,
+    "GitLab token": "glpat-" + "0" * 20,
+    "Slack token (xoxb-, xoxp-, ...)": "xoxb-" + "0" * 10,
+    "Slack app token": "xapp-" + "0" * 10,
+    "Stripe secret key": "sk_live_" + "0" * 10,
+    "Stripe restricted key": "rk_live_" + "0" * 10,
+    "Stripe webhook secret": "whsec_" + "0" * 10,
+    "OpenAI / Anthropic style key (sk-, sk-proj-, sk-ant-)": "sk-" + "0" * 16,
+    "Google API key": "AIza" + "0" * 35,
+    "npm token": "npm_" + "0" * 36,
+    "Hugging Face token": "hf_" + "0" * 30,
+    "JSON Web Token": "eyJ" + "0" * 8 + "." + "0" * 8 + "." + "0" * 8,
+}
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.kind)
+def test_each_rule_redacts_its_shortest_example(rule: Rule) -> None:
+    text = MINIMAL[rule.kind]
+    assert rule.pattern.search(text.lower() if rule.lowered else text)
+    assert redact(text) != text  # also through the quick check
+
+
+@given(
+    st.one_of(
+        st.lists(FRAGMENTS, max_size=30).map("".join),
+        st.sampled_from(SECRETS).map(lambda case: case[0]),
+        st.text(max_size=100),
+    )
+)
+def test_the_quick_check_never_hides_a_secret(text: str) -> None:
+    """Short texts skip the rules when none of their starts is in the text."""
+    from devs.domain import redaction
+
+    full = redaction._secret_spans(text, quick=False)
+    assert redaction._secret_spans(text) == full
+    if full:
+        assert redaction._STARTS.search(text.lower())
+
+
+@given(st.lists(FRAGMENTS, max_size=30).map("".join), st.sampled_from(SECRETS))
+def test_a_secret_is_found_whatever_surrounds_it(
+    prefix: str, case: tuple[str, str]
+) -> None:
+    text, secret = case
+    assert secret not in redact(prefix + "\n" + text + "\n")
 
 
 def test_error_hash_is_sha256_hex() -> None:

@@ -1,0 +1,213 @@
+"""Texts for the redaction tests: secrets that must go, text that must stay,
+and hostile texts that must not slow redaction down.
+
+Each secret is a pair (text as an agent would print it, the secret in it). The
+secrets are made up but shaped like the real thing; the "must stay" strings
+are what test-runner output is full of.
+"""
+
+from __future__ import annotations
+
+# Pieces are joined at run time so that no complete credential sits in the
+# repository as one literal (secret scanners would flag this file).
+_AWS = "AKIA" + "IOSFODNN7EXAMPLE"
+_ASIA = "ASIA" + "Y34FZKBOKMUTVV7A"
+_GHP = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123456789"
+_PEM_BODY = "MIIEowIBAAKCAQEAx7yDmxFsY9hKq2bH3cN0aWd1"
+
+SECRETS: list[tuple[str, str]] = [
+    # Cloud keys: AWS key ids (AKIA, ASIA), also glued to a word.
+    (f"key {_AWS} in use", _AWS),
+    (f"temporary {_ASIA} from STS", _ASIA),
+    (f"keyAKIA{_AWS[4:]}", _AWS[4:]),
+    (
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ),
+    ("export AWS_SECRET_ACCESS_KEY=Zm9vYmFyYmF6cXV4", "Zm9vYmFyYmF6cXV4"),
+    # GitHub, GitLab.
+    (f"export GITHUB_TOKEN={_GHP}", _GHP),
+    (f"remote: {_GHP} rejected", _GHP),
+    ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", "github_pat_11ABC"),
+    ("glpat-abcdefghij0123456789", "glpat-abcdefghij0123456789"),
+    # Slack tokens and webhooks.
+    ("slack xoxb-1234567890-abcdefghij", "xoxb-1234567890-abcdefghij"),
+    ("xoxp-1234567890-0987654321-abcdefABCDEF", "xoxp-1234567890"),
+    ("app token xapp-1-A0123456789-0123456789012-abcdef", "xapp-1-A0123456789"),
+    (
+        "POST https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+        "T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+    ),
+    (
+        "notify https://discord.com/api/webhooks/123456789/AbCdEfGhIjKlMnOp",
+        "123456789/AbCdEfGhIjKlMnOp",
+    ),
+    # Stripe.
+    ("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    ("restricted rk_live_51H8abcdEFGHijklMNOP", "rk_live_51H8abcdEFGHijklMNOP"),
+    ("STRIPE_WEBHOOK whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "MfKQ9r8GKYqrTwjUPD8I"),
+    ("npm config set npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "AbCdEfGhIjKlMnOpQrSt"),
+    ("hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234 login", "hf_AbCdEfGhIjKlMnOpQrSt"),
+    # OpenAI, Anthropic, Google, JWT.
+    ("OPENAI_API_KEY=sk-proj-abcdefghijklmnop1234", "sk-proj-abcdefghijklmnop1234"),
+    ("using sk-ant-api03-abcdefghijklmnopqrstu", "sk-ant-api03-abcdefghijklmnopqrstu"),
+    ("key=AIzaSyA-abcdefghijklmnopqrstuvwxyz01234", "AIzaSyA-abcdefghijklm"),
+    ("maps AIzaSyA-abcdefghijklmnopqrstuvwxyz01234 loaded", "AIzaSyA-abcdefghijklm"),
+    (
+        "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop",
+        "eyJzdWIiOiIxMjM0NTY3ODkwIn0",
+    ),
+    # Private key blocks, whole and truncated; PGP.
+    (
+        f"-----BEGIN RSA PRIVATE KEY-----\n{_PEM_BODY}\n-----END RSA PRIVATE KEY-----",
+        _PEM_BODY,
+    ),
+    (f"cat id_rsa\n-----BEGIN OPENSSH PRIVATE KEY-----\n{_PEM_BODY}\n", _PEM_BODY),
+    (
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: GnuPG v2\n\n"
+        "lQOYBF0fFbwBCADJkVkXK9pR\n=abcd\n-----END PGP PRIVATE KEY BLOCK-----",
+        "lQOYBF0fFbwBCADJkVkXK9pR",
+    ),
+    (
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF0fFbwBCADJkVkXK9pR",
+        "lQOYBF0fFbwBCADJkVkXK9pR",
+    ),
+    # Credentials in URLs.
+    ("postgresql://admin:topsecret@db.internal:5432/app", "topsecret"),
+    ("redis://:r3d1s@localhost:6379", "r3d1s"),
+    ("git clone https://bob:hunter2@github.com/org/repo.git", "hunter2"),
+    # Flags.
+    ("mysql --password s3cretpw -h db", "s3cretpw"),
+    ("deploy --token=abc123tokenvalue", "abc123tokenvalue"),
+    ("vault login --secret hushhush", "hushhush"),
+    ("cli --api-key 9f8e7d6c5b4a", "9f8e7d6c5b4a"),
+    # Assignments of password / secret / token / api_key names.
+    ("password=hunter2 rest", "hunter2"),
+    ('{"db_password": "s3cr3t!"}', "s3cr3t!"),
+    ("DB_PASSWD: pa55word", "pa55word"),
+    ("pass=letmein", "letmein"),
+    ("DB_PASS=letmein2", "letmein2"),
+    ("client_secret='zz-top-secret'", "zz-top-secret"),
+    ("api_key: abcdef123456", "abcdef123456"),
+    ("ApiKey=Q2xpZW50S2V5", "Q2xpZW50S2V5"),
+    ("refresh_token = 1//0gAbCdEfGh", "1//0gAbCdEfGh"),
+    ("PGPASSWORD=pgpw123 psql", "pgpw123"),
+    ("MYSQL_PWD=my5qlpw mysql", "my5qlpw"),
+    ("GOOGLE_APPLICATION_CREDENTIALS: 'eyJ0eXBlIjoi'", "eyJ0eXBlIjoi"),
+    ("session_id=0a1b2c3d4e5f", "0a1b2c3d4e5f"),
+    ("AccountKey=bXlhY2NvdW50a2V5;EndpointSuffix=core", "bXlhY2NvdW50a2V5"),
+    # Headers.
+    ("Authorization: Bearer abcdef0123456789xyz", "abcdef0123456789xyz"),
+    ("curl -H 'Authorization: token ghp_short'", "ghp_short"),
+    ("authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
+    ("Cookie: sessionid=abc123def456; csrftoken=zzz", "abc123def456"),
+    ("Set-Cookie: session=opaquevalue123; Path=/", "opaquevalue123"),
+    ("X-Api-Key: 0123456789abcdef", "0123456789abcdef"),
+    ("header x-api-key:k3yk3yk3y", "k3yk3yk3y"),
+    ("X-Auth-Token: 7c9e6679-7425-40de-944b", "7c9e6679-7425-40de-944b"),
+    ("X-Amz-Security-Token: FwoGZXIvYXdzEBYaDH", "FwoGZXIvYXdzEBYaDH"),
+    ("Bearer eyJhbGciOi.Zm9vYmFy.c2lnbmF0dXJl", "eyJhbGciOi.Zm9vYmFy"),
+]
+
+ORDINARY: list[str] = [
+    "commit 3f786850e387550fdab836ed7e6dc881de23001b by alice",
+    "deadbeefcafebabe0123456789abcdef01234567",
+    "request 123e4567-e89b-12d3-a456-426614174000 done",
+    "tests/unit/test_parser.py::test_token_count[case-3] PASSED",
+    "tests/integration/test_auth.py::TestLogin::test_password_reset FAILED",
+    "tests/test_secret_store.py::test_rotate",
+    "/home/user/project/src/pkg/password_policy.py:42: AssertionError",
+    "/usr/lib/python3.11/site-packages/requests/auth.py",
+    "see https://docs.python.org/3/library/re.html#module-re",
+    "GET https://api.example.com/v1/items?page=2 200",
+    "mail bob.smith@example.com or git@github.com:org/repo.git",
+    "pytest -p no:cacheprovider -q tests",
+    "5 passed, 2 failed, 1 skipped in 3.21s",
+    "AssertionError: expected 3 == 4 in test_parser.py:12 (token count)",
+    "E       assert tokenize('a b') == ['a', 'b']",
+    "Bearer tokens are checked in auth.py",
+    "the password field must not be empty",
+    "max_tokens limit reached after 3 retries",
+    "------------------------------ Captured log call -------------------------------",
+    "=========================== short test summary info ============================",
+    "key error: 'user' not found",
+    "Traceback (most recent call last):",
+    "a:b@c and x=y and -----BEGIN CERTIFICATE-----",
+    "bypass=1 passed: 3",
+    "python -m pip install --upgrade pip",
+]
+
+HOSTILE_SIZE = 200_000
+# Hostile texts that hold no secret, so each must come back as is.
+HOSTILE_HARMLESS: list[str] = [
+    "a.",
+    "a@",
+    ":",
+    "-----BEGIN ",
+    "https://a",
+    "x=",
+    "password ",
+    "\\",
+    "a:b@",
+    " ",
+    "Bearer ",
+    "eyJ",
+    "token",
+    "ghp_",
+    "://a:",
+]
+# The hostile texts of the issue "Hardening" (bench/ times each: >= 20 MB/s).
+HOSTILE_ISSUE: list[str] = [
+    "a.",
+    "a@",
+    ":",
+    "-----BEGIN ",
+    "AKIA",
+    "https://a",
+    "x=",
+    "password ",
+    "\\",
+    "a:b@",
+    " ",
+    "Bearer ",
+]
+# Beyond that list: each rule's own literal, repeated. Some are dense with
+# real matches ('pwd="' is a secret every 5 characters), which costs more per
+# character than finding nothing; the bench reports them without a target.
+HOSTILE_MORE: list[str] = [
+    "eyJ",
+    "token",
+    'pwd="',
+    "--password ",
+    "ghp_",
+    "sk-",
+    "xoxb-",
+    "pass: ",
+    "://a:",
+    "-----BEGIN RSA PRIVATE KEY-----\n",
+    "Authorization: ",
+    "hooks.slack.com/services/",
+]
+HOSTILE_UNITS = HOSTILE_ISSUE + HOSTILE_MORE
+
+
+def hostile(unit: str, size: int = HOSTILE_SIZE) -> str:
+    """``unit`` repeated to ``size`` characters."""
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def runner_output(size: int) -> str:
+    """Ordinary pytest-like output of about ``size`` characters, no secrets."""
+    lines = [
+        "=" * 29 + " test session starts " + "=" * 29,
+        "platform linux -- Python 3.11.7, pytest-8.3.3, pluggy-1.5.0",
+        "rootdir: /home/user/project",
+    ]
+    total = sum(len(line) + 1 for line in lines)
+    i = 0
+    while total < size:
+        line = ORDINARY[i % len(ORDINARY)] + f" [{i % 100:3d}%]"
+        lines.append(line)
+        total += len(line) + 1
+        i += 1
+    return "\n".join(lines)[:size]
