@@ -15,10 +15,12 @@ from devs.domain.decisions import (
 )
 from devs.domain.errors import (
     AlreadyExists,
+    Conflict,
     DevsError,
     IllegalTransition,
     InvalidInput,
     NotFound,
+    StoreError,
     UnknownRun,
     UnknownTask,
 )
@@ -39,6 +41,7 @@ __all__ = [
     "ActionResult",
     "AlreadyExists",
     "AttemptDecision",
+    "Conflict",
     "DevsError",
     "EntropyDecision",
     "FailureReport",
@@ -58,6 +61,7 @@ __all__ = [
     "ReadModels",
     "RecoveryService",
     "RunState",
+    "StoreError",
     "TaskIndexEntry",
     "TaskSummary",
     "UnknownRun",

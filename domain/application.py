@@ -17,14 +17,14 @@ answer is built from the saved aggregates is :mod:`devs.domain.decisions`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import EnvType, get_topic, resolve_topic
 
 from devs.domain import blacklist, journal
 from devs.domain.chart import WAITING, Trigger, destination
-from devs.domain.commands import TaskCommands
+from devs.domain.commands import TaskCommands, store_errors
 from devs.domain.decisions import (
     ActionResult,
     AttemptDecision,
@@ -87,6 +87,14 @@ DEFAULT_DB = "devs_state.sqlite"
 DB_ENV = "DEVS_DB"
 READ_MODELS_TOPIC = "READ_MODELS_TOPIC"
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def api(func: Callable[P, R]) -> Callable[P, R]:
+    """A public command or query: its arguments validated, its store failures
+    reported as :class:`StoreError`."""
+    return store_errors(validated(func))
 
 
 class RecoveryService(TaskCommands):
@@ -94,7 +102,8 @@ class RecoveryService(TaskCommands):
 
     name = "RecoveryService"
     env: ClassVar[dict[str, str]] = {
-        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "PERSISTENCE_MODULE": "devs.adapters.persistence:SQLiteFactory",
+        "SQLITE_LOCK_TIMEOUT": "30",
         "ORIGINATOR_ID_TYPE": "text",
         "MAPPER_TOPIC": "devs.adapters.persistence:PydanticMapper",
         "TRANSCODER_TOPIC": "devs.adapters.persistence:OrjsonTranscoder",
@@ -102,6 +111,7 @@ class RecoveryService(TaskCommands):
         **TaskCommands.env,
     }
 
+    @store_errors
     def __init__(self, env: EnvType | None = None, *, policy: Policy | None = None):
         super().__init__(env)
         self.policy = policy if policy is not None else load_policy(self.env)
@@ -126,7 +136,7 @@ class RecoveryService(TaskCommands):
 
     # =============================================================== commands
 
-    @validated
+    @api
     def start_run(self, run_id: RunId, dag: Dag) -> RunState:
         """Start a run over ``dag`` (node -> prerequisites); nodes are task ids."""
         run = Run.start(run_id, dag)
@@ -138,7 +148,7 @@ class RecoveryService(TaskCommands):
                 raise AlreadyExists(msg) from None
             return run_state_of(run)
 
-    @validated
+    @api
     def start_task(
         self,
         task_id: TaskId,
@@ -161,14 +171,14 @@ class RecoveryService(TaskCommands):
         with self._create(task_id, run_id, make) as task:
             return task_summary(task)
 
-    @validated
+    @api
     def begin_attempt(self, task_id: TaskId, strategy: Strategy) -> AttemptDecision:
         """Check a strategy against the task's lessons before any LLM call."""
         with self._command(task_id, lambda t: t.begin_attempt(strategy)) as decided:
             matched, task, _ = decided
             return attempt_decision(task, matched)
 
-    @validated
+    @api
     def record_gate(
         self,
         task_id: TaskId,
@@ -190,7 +200,7 @@ class RecoveryService(TaskCommands):
         with self._command(task_id, decide) as (_, task, run):
             return gate_decision(task, run, result, gate)
 
-    @validated
+    @api
     def report_entropy(self, task_id: TaskId, score: EntropyScore) -> EntropyDecision:
         """Pause the task for a human when the agent's entropy reaches the limit."""
         with self._command(task_id, lambda t: t.report_entropy(score)) as decided:
@@ -204,7 +214,7 @@ class RecoveryService(TaskCommands):
                 state=task.state,
             )
 
-    @validated
+    @api
     def log_lesson(
         self, task_id: TaskId, failed_strategy: Strategy, rca_summary: RcaSummary
     ) -> Lesson:
@@ -220,7 +230,7 @@ class RecoveryService(TaskCommands):
             logged_at=logged.timestamp,
         )
 
-    @validated
+    @api
     def resume(self, task_id: TaskId, *, actor: Actor, reason: Reason) -> ActionResult:
         """A human lets the agent go on after an escalation or a pause."""
         with self._command(task_id, lambda t: t.resume(actor=actor, reason=reason)) as (
@@ -232,7 +242,7 @@ class RecoveryService(TaskCommands):
                 task, run, HumanAction.RESUME, actor, reason, session_id
             )
 
-    @validated
+    @api
     def rewind(
         self,
         task_id: TaskId,
@@ -255,7 +265,7 @@ class RecoveryService(TaskCommands):
                 to_commit=task.last_commit,
             )
 
-    @validated
+    @api
     def skip(self, task_id: TaskId, *, actor: Actor, reason: Reason) -> ActionResult:
         """A human skips the task; its run moves on."""
         with self._command(task_id, lambda t: t.skip(actor=actor, reason=reason)) as (
@@ -265,7 +275,7 @@ class RecoveryService(TaskCommands):
         ):
             return action_result(task, run, HumanAction.SKIP, actor, reason, session_id)
 
-    @validated
+    @api
     def claim_handoff(self, task_id: TaskId, *, actor: Actor) -> ActionResult:
         """A human takes a handed-off task from the queue."""
         with self._command(task_id, lambda t: t.claim_handoff(actor=actor)) as (
@@ -275,7 +285,7 @@ class RecoveryService(TaskCommands):
         ):
             return action_result(task, None, HumanAction.CLAIM, actor, None, None)
 
-    @validated
+    @api
     def resolve_handoff(
         self,
         task_id: TaskId,
@@ -299,12 +309,12 @@ class RecoveryService(TaskCommands):
 
     # ================================================================ queries
 
-    @validated
+    @api
     def task(self, task_id: TaskId) -> TaskSummary:
         """The task as its events say now."""
         return task_summary(self._stored_task(task_id))
 
-    @validated
+    @api
     def require_gate_allowed(self, task_id: TaskId) -> TaskSummary:
         """The task, if it takes a gate result now; else ``IllegalTransition``.
 
@@ -314,7 +324,7 @@ class RecoveryService(TaskCommands):
         destination(Trigger.FAIL_GATE, summary.state)
         return summary
 
-    @validated
+    @api
     def state_at(self, task_id: TaskId, version: Version) -> TaskSummary:
         """The task as it was right after event number ``version``."""
         task = self._stored_task(task_id)
@@ -327,7 +337,7 @@ class RecoveryService(TaskCommands):
         past: Task = self._store.get(task.id, version=version)
         return task_summary(past)
 
-    @validated
+    @api
     def history(self, task_id: TaskId) -> list[HistoryEntry]:
         """Every event of the task, replayed in order, with the state after each."""
         task: Task | None = None
@@ -357,7 +367,7 @@ class RecoveryService(TaskCommands):
             raise UnknownTask(task_id)
         return entries
 
-    @validated
+    @api
     def tasks(
         self, *, state: StateName | None = None, run_id: RunId | None = None
     ) -> list[TaskIndexEntry]:
@@ -365,7 +375,7 @@ class RecoveryService(TaskCommands):
         self.read_models.catch_up()
         return self.read_models.task_entries(state=state, run_id=run_id)
 
-    @validated
+    @api
     def waiting_tasks(self) -> list[TaskIndexEntry]:
         """Tasks that wait for a human (escalated, paused or handed off)."""
         self.read_models.catch_up()
@@ -375,27 +385,27 @@ class RecoveryService(TaskCommands):
             for entry in self.read_models.task_entries(state=state)
         ]
 
-    @validated
+    @api
     def gate_status(self, task_id: TaskId) -> GateStatus:
         self.read_models.catch_up()
         return _found(self.read_models.gate_status(task_id), task_id)
 
-    @validated
+    @api
     def failure_report(self, task_id: TaskId) -> FailureReport:
         self.read_models.catch_up()
         return _found(self.read_models.failure_report(task_id), task_id)
 
-    @validated
+    @api
     def lessons(self, task_id: TaskId) -> list[Lesson]:
         self._require_task(task_id)
         return self.read_models.lessons(task_id)
 
-    @validated
+    @api
     def is_strategy_blacklisted(self, task_id: TaskId, candidate: Strategy) -> bool:
         strategies = self._lesson_strategies(task_id)
         return blacklist.find_match(candidate, strategies) is not None
 
-    @validated
+    @api
     def blacklist_directive(self, task_id: TaskId) -> str:
         return blacklist.directive(self._lesson_strategies(task_id))
 
@@ -407,7 +417,7 @@ class RecoveryService(TaskCommands):
         self.read_models.catch_up()
         return self.read_models.handoff_queue()
 
-    @validated
+    @api
     def run_state(self, run_id: RunId) -> RunState:
         self.read_models.catch_up()
         found = self.read_models.run_state(run_id)
@@ -415,7 +425,7 @@ class RecoveryService(TaskCommands):
             raise UnknownRun(run_id)
         return found
 
-    @validated
+    @api
     def notifications(
         self, *, after: Position = 0, limit: Limit = 100
     ) -> list[Notification]:
@@ -431,16 +441,28 @@ class RecoveryService(TaskCommands):
         )
         return [n for n in found if n is not None]
 
+    @store_errors
     def catch_up(self) -> int:
         """Bring every read model up to the end of the log; return the position."""
         return self.read_models.catch_up()
 
+    @store_errors
     def rebuild_projections(
         self,
-        names: Sequence[str] | None = None,
+        names: str | Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
-        """Drop the named read models (default: all) and replay them from 0."""
+        """Drop the named read models (default: all) and replay them from 0.
+
+        ``names`` is one read model's name or a sequence of them.
+        """
+        if isinstance(names, str):
+            names = (names,)
+        elif names is not None:
+            names = tuple(names)
+            if not all(isinstance(name, str) for name in names):
+                msg = f"names must be read model names (str), got {names!r:.80}"
+                raise InvalidInput(msg)
         return self.read_models.rebuild(names, progress)
 
     # ============================================================== internals

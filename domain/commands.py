@@ -18,13 +18,14 @@ guards keep that safe:
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from eventsourcing.application import (
     AggregateNotFoundError,
@@ -36,7 +37,14 @@ from eventsourcing.persistence import IntegrityError, PersistenceError, Recordin
 from eventsourcing.utils import EnvType
 
 from devs.domain import journal
-from devs.domain.errors import AlreadyExists, DevsError, UnknownRun, UnknownTask
+from devs.domain.errors import (
+    AlreadyExists,
+    Conflict,
+    DevsError,
+    StoreError,
+    UnknownRun,
+    UnknownTask,
+)
 from devs.domain.model import Aggregate
 from devs.domain.reactions import react
 from devs.domain.run import Run
@@ -49,6 +57,41 @@ CONFLICT_BACKOFF_SECONDS = 0.002
 LOCK_STRIPES = 64
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def store_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn a failure of the event store into :class:`StoreError`.
+
+    Every public command and query of the service is wrapped, so a caller
+    meets only :class:`DevsError` subclasses (and ``TypeError`` for a call
+    that does not fit the signature).
+    """
+
+    @functools.wraps(func)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except PersistenceError as error:
+            raise StoreError(describe_store_error(error)) from error
+
+    return guarded
+
+
+def describe_store_error(error: BaseException) -> str:
+    """One line saying what is wrong with the store, and what to do."""
+    text = str(error)
+    if "not a database" in text or "malformed" in text:
+        return f"the database file is damaged or not a devs-recovery database ({text})"
+    if "locked" in text or "busy" in text:
+        return (
+            f"the database stayed locked by another process longer than the "
+            f"lock timeout (SQLITE_LOCK_TIMEOUT) ({text}); try again"
+        )
+    if "readonly" in text or "read-only" in text:
+        return f"the database cannot be written here ({text})"
+    return f"the event store failed: {text}"
 
 
 def replay(aggregate: Any, domain_events: Iterable[Any]) -> Any:
@@ -178,7 +221,7 @@ class TaskCommands(Application[str]):
         self, task_id: str, run_id: str | None, make: Callable[[], Task]
     ) -> Iterator[Task]:
         """Start a task (and its node in the run); yields it, locks held."""
-        for attempt in self._attempts():
+        for attempt in self._attempts(f"task {task_id!r}"):
             with self._locks.task(task_id), self._locks.run(run_id):
                 if self._find_task(task_id) is not None:
                     msg = f"task {task_id!r} was already started"
@@ -206,7 +249,7 @@ class TaskCommands(Application[str]):
         another thread can change them. Retries, on fresh aggregates, a
         command that lost a race to another writer or decided on a stale cache.
         """
-        for attempt in self._attempts():
+        for attempt in self._attempts(f"task {task_id!r}"):
             with self._locks.task(task_id):
                 task = self._get_task(task_id)
                 with self._locks.run(task.run_id):
@@ -256,11 +299,14 @@ class TaskCommands(Application[str]):
             journal.record(recording.domain_event, recording.notification.id)
         return recordings
 
-    def _attempts(self) -> Iterator[_Attempt]:
+    def _attempts(self, subject: str) -> Iterator[_Attempt]:
         for number in range(COMMAND_ATTEMPTS):
             yield _Attempt(number)
-        msg = f"gave up after {COMMAND_ATTEMPTS} conflicting writes"
-        raise IntegrityError(msg)
+        msg = (
+            f"{subject} was changed by other writers during each of "
+            f"{COMMAND_ATTEMPTS} tries; nothing was written, send the command again"
+        )
+        raise Conflict(msg)
 
     def _is_stale(self, task: Task, run: Run | None) -> bool:
         """Whether the store holds events newer than these aggregates as loaded

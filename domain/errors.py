@@ -57,3 +57,13 @@ class IllegalTransition(DevsError):
     def __init__(self, message: str, *, state: str | None = None) -> None:
         super().__init__(message)
         self.state = state
+
+
+class Conflict(DevsError):
+    """Other writers changed the task (or run) under every retry of a command;
+    nothing was written, and the command may be sent again."""
+
+
+class StoreError(DevsError):
+    """The event store cannot be used: damaged, not a database, unreadable, or
+    busy for longer than the lock timeout. Nothing was written."""

@@ -249,7 +249,10 @@ def _version(name: str, error: ErrorDetails, loc: Loc) -> str:
 
 
 def _position(name: str, error: ErrorDetails, loc: Loc) -> str:
-    return f"{name} must be a non-negative integer, got {_describe(error['input'])}"
+    value = error["input"]
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return f"{name} {_describe(value)} is out of range [0, {POSITION_MAX:,}]"
+    return f"{name} must be a non-negative integer, got {_describe(value)}"
 
 
 def _limit(name: str, error: ErrorDetails, loc: Loc) -> str:

@@ -23,7 +23,12 @@ from contextlib import contextmanager
 from typing import Any, ClassVar, Generic, TypeVar
 
 from eventsourcing.dispatch import singledispatchmethod
-from eventsourcing.persistence import OperationalError, Tracking, TrackingRecorder
+from eventsourcing.persistence import (
+    IntegrityError,
+    OperationalError,
+    Tracking,
+    TrackingRecorder,
+)
 from eventsourcing.projection import Projection
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteTrackingRecorder
 
@@ -85,6 +90,19 @@ class SQLiteView(SQLiteTrackingRecorder):
     @classmethod
     def tracking_name_for(cls, application_name: str) -> str:
         return f"{application_name}/{cls.name}.v{cls.schema_version}"
+
+    def create_table(self) -> None:
+        """eventsourcing's tracking table, safe when processes race to make it.
+
+        The library records a ``__migration__`` row when it creates the table;
+        two processes opening a new database together both try, and the loser
+        gets an IntegrityError although the table now exists as it should. It
+        tries once more, and then finds the table made.
+        """
+        try:
+            super().create_table()
+        except IntegrityError:
+            super().create_table()
 
     def setup(self) -> None:
         """Create the tables; a schema never tracked here is dropped and remade.

@@ -14,7 +14,6 @@ from typing import Any, ParamSpec, TypeVar
 
 import click
 import orjson
-from eventsourcing.persistence import PersistenceError
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
@@ -23,6 +22,7 @@ from devs.adapters import presenters
 from devs.domain import (
     AlreadyExists,
     AttemptDecision,
+    Conflict,
     DevsError,
     GateDecision,
     IllegalTransition,
@@ -30,6 +30,7 @@ from devs.domain import (
     NotFound,
     Outcome,
     RecoveryService,
+    StoreError,
 )
 from devs.domain.application import DB_ENV, DEFAULT_DB
 
@@ -51,6 +52,8 @@ class ExitCode(IntEnum):
     REFUSED = (
         8  # not allowed in the current state (illegal transition); nothing written
     )
+    STORE = 9  # the database cannot be used (damaged, locked too long, unreadable)
+    CONFLICT = 10  # other writers won every retry; nothing written, send it again
 
 
 OUTCOME_CODES = {
@@ -67,6 +70,9 @@ _ERROR_CODES: tuple[tuple[type[DevsError], ExitCode], ...] = (
     (NotFound, ExitCode.NOT_FOUND),
     (IllegalTransition, ExitCode.REFUSED),
     (AlreadyExists, ExitCode.REFUSED),
+    (StoreError, ExitCode.STORE),
+    (Conflict, ExitCode.CONFLICT),
+    (DevsError, ExitCode.REFUSED),  # any other: still one line, never a traceback
 )
 
 out = Console(soft_wrap=True, highlight=False)
@@ -88,9 +94,9 @@ class Context:
         if self._app is None:
             try:
                 self._app = RecoveryService(env={"SQLITE_DBNAME": self.db})
-            except PersistenceError as error:
+            except StoreError as error:
                 msg = f"cannot open the database {self.db!r}: {error}"
-                raise InvalidInput(msg) from None
+                raise StoreError(msg) from None
         return self._app
 
     def close(self) -> None:

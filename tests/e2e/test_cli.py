@@ -27,6 +27,7 @@ LEAK = (
 OK, RETRY, USAGE, ESCALATED, PAUSED, HANDED_OFF, BAD_INPUT, NOT_FOUND, REFUSED = range(
     9
 )
+STORE, CONFLICT = 9, 10
 
 
 class Devs:
@@ -305,8 +306,29 @@ def test_unopenable_database(tmp_path: Path) -> None:
         timeout=60,
         check=False,
     )
-    assert result.returncode == BAD_INPUT
+    assert result.returncode == STORE
     assert_one_line_error(result, "cannot open the database")
+
+
+@pytest.mark.parametrize(
+    "content", [b"\x00garbage" * 500, b"SQLite format 3\x00truncated"]
+)
+def test_a_damaged_database_is_one_line_and_exit_9(
+    tmp_path: Path, content: bytes
+) -> None:
+    db = tmp_path / "damaged.sqlite"
+    db.write_bytes(content)
+    for args in (["status"], ["task", "start", "t1"]):
+        result = subprocess.run(
+            [DEVS, "--db", str(db), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == STORE
+        assert_one_line_error(result, "damaged or not a devs-recovery database")
+    assert db.read_bytes() == content  # nothing written
 
 
 def test_usage_errors(devs: Devs) -> None:

@@ -72,8 +72,24 @@ def test_notifications_after_the_last_possible_position(
     service: RecoveryService,
 ) -> None:
     assert service.notifications(after=POSITION_MAX) == []
-    with pytest.raises(InvalidInput, match=r"^after must be a non-negative integer"):
+    with pytest.raises(
+        InvalidInput, match=r"^after 9223372036854775807 is out of range \[0, "
+    ):
         service.notifications(after=POSITION_MAX + 1)
+
+
+def test_one_read_model_is_rebuilt_by_its_name(service: RecoveryService) -> None:
+    service.start_task("t1")
+    service.log_lesson("t1", "retry blindly", "it never helps")
+    service.catch_up()
+    service.rebuild_projections("lessons_learned")
+    assert [lesson.failed_strategy for lesson in service.lessons("t1")] == [
+        "retry blindly"
+    ]
+    with pytest.raises(InvalidInput, match="unknown projection 'lessons'; known"):
+        service.rebuild_projections("lessons")
+    with pytest.raises(InvalidInput, match=r"^names must be read model names"):
+        service.rebuild_projections([1, 2])  # type: ignore[list-item]
 
 
 def test_a_call_that_does_not_fit_the_signature_is_a_type_error(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from eventsourcing.persistence import OperationalError
 
-from devs.domain import IllegalTransition, Policy, RecoveryService
+from devs.domain import IllegalTransition, Policy, RecoveryService, StoreError
 from devs.domain.chart import TaskState
 from tests.helpers import event_count
 
@@ -40,7 +40,7 @@ def test_a_command_that_fails_after_deciding_leaves_the_cache_clean(
 
     with monkeypatch.context() as patch:
         patch.setattr(service.recorder, "insert_events", broken_disk)
-        with pytest.raises(OperationalError):
+        with pytest.raises(StoreError, match="disk I/O error"):
             service.record_gate("t1", 1)  # decided (count 2), then could not save
     assert event_count(db_path) == stored
     decision = service.record_gate("t1", 1)

@@ -12,7 +12,7 @@ from unittest import skip
 import pytest
 from eventsourcing.tests import persistence as contract
 
-from devs.adapters.persistence import OrjsonTranscoder
+from devs.adapters.persistence import OrjsonTranscoder, SnapshotRecorder
 from devs.domain import Policy, RecoveryService
 from devs.domain.task import Task
 
@@ -89,6 +89,36 @@ def test_snapshots_are_taken_and_used(service: RecoveryService, db_path: Path) -
         task: Task = fresh.repository.get("task:t1")
         assert task.version == 2 * interval + 21
         assert task == service.repository.get("task:t1")
+    finally:
+        fresh.close()
+
+
+def test_only_the_latest_two_snapshots_are_kept(
+    service: RecoveryService, db_path: Path
+) -> None:
+    interval = RecoveryService.snapshotting_intervals[Task]
+    service.start_task("t1")
+    service.start_task("t2")
+    for i in range(5 * interval):
+        service.report_entropy("t1", 0.1 + (i % 5) / 100)
+    for _ in range(interval):
+        service.report_entropy("t2", 0.1)
+    with sqlite3.connect(db_path) as connection:
+        rows = connection.execute(
+            "SELECT originator_id, originator_version FROM stored_snapshots"
+            " ORDER BY 1, 2"
+        ).fetchall()
+    assert rows == [
+        ("task:t1", 4 * interval),
+        ("task:t1", 5 * interval),
+        ("task:t2", interval),
+    ]
+    fresh = RecoveryService(
+        env={"SQLITE_DBNAME": str(db_path), "AGGREGATE_CACHE_MAXSIZE": ""}
+    )
+    try:
+        assert fresh.task("t1").version == 5 * interval + 1
+        assert fresh.task("t1") == service.task("t1")
     finally:
         fresh.close()
 
@@ -190,6 +220,7 @@ def test_snapshots_equal_a_replay_of_the_log(
     from devs.domain.run import Run
 
     monkeypatch.setattr(RecoveryService, "snapshotting_intervals", {Task: 3, Run: 3})
+    monkeypatch.setattr(SnapshotRecorder, "KEEP", 1000)  # keep every one to check
     app = RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
     try:
         app.start_run("r1", {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]})
