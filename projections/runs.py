@@ -145,33 +145,30 @@ class SQLiteRunsView(SQLiteView, RunsView):
 
     def insert_run(self, run_id: str, e: Run.Started, tracking: Tracking) -> None:
         at = e.timestamp.isoformat()
+        nodes, prerequisites = e.nodes, e.prerequisites
         with self.changes(tracking) as cursor:
             cursor.execute(
                 "INSERT OR IGNORE INTO runs (id, status, node_count, started_at, "
                 "updated_at) VALUES (?, ?, ?, ?, ?)",
-                (run_id, RunStatus.RUNNING, len(e.dag), at, at),
+                (run_id, RunStatus.RUNNING, len(nodes), at, at),
             )
             cursor.sqlite_cursor.executemany(
                 "INSERT OR IGNORE INTO run_nodes (run_id, node_id, position, waiting, "
                 "progress) VALUES (?, ?, ?, ?, ?)",
                 [
-                    (
-                        run_id,
-                        node,
-                        index,
-                        len(e.dag[node]),
-                        WAITING if e.dag[node] else READY,
+                    (run_id, node, index, len(prereqs), WAITING if prereqs else READY)
+                    for index, (node, prereqs) in enumerate(
+                        zip(nodes, prerequisites, strict=True)
                     )
-                    for index, node in enumerate(e.order)
                 ],
             )
             cursor.sqlite_cursor.executemany(
                 "INSERT OR IGNORE INTO run_edges (run_id, prerequisite, node_id, "
                 "ordinal) VALUES (?, ?, ?, ?)",
                 [
-                    (run_id, prerequisite, node, ordinal)
-                    for node, prerequisites in e.dag.items()
-                    for ordinal, prerequisite in enumerate(prerequisites)
+                    (run_id, nodes[prerequisite], node, ordinal)
+                    for node, prereqs in zip(nodes, prerequisites, strict=True)
+                    for ordinal, prerequisite in enumerate(prereqs)
                 ],
             )
 
