@@ -333,10 +333,12 @@ RcaSummary = Annotated[
     StringConstraints(strict=True, min_length=1, max_length=SUMMARY_MAX),
     AfterValidator(_not_blank),
     AfterValidator(_no_nul),
-    AfterValidator(redact),
     _TEXT,
 ]
-"""What a root-cause analysis found: 1-16,000 characters; redacted."""
+"""What a root-cause analysis found: 1-16,000 characters.
+
+Redacted by the task when it logs the lesson (the only place it goes), not
+here as well."""
 
 Reason = Annotated[
     str,
@@ -352,10 +354,12 @@ ErrorText = Annotated[
     str,
     StringConstraints(strict=True, max_length=ERROR_MAX),
     AfterValidator(_no_nul),
-    AfterValidator(redact),
     _TEXT,
 ]
-"""A gate's error message: up to 100,000 characters, may be empty; redacted."""
+"""A gate's error message: up to 100,000 characters, may be empty.
+
+Redacted by the task when it records the gate (the only place it goes), not
+here as well."""
 
 OutputText = Annotated[
     str,
