@@ -1,11 +1,21 @@
 """The sandboxed gate runner: run a real command and judge it by its exit code.
 
-The command runs in its own process group (a new session) and working directory,
-with a wall-clock timeout after which the whole group is killed; optionally with
-CPU-seconds and memory limits (``setrlimit`` in the child). Its environment is
-scrubbed of secret-looking variables unless they are passed through by name. Its
-stdout and stderr are merged and captured up to a size cap (the end is kept),
-then redacted and hashed (SHA-256) before anything else sees them.
+A gate command is code the agent wrote, so it runs isolated. Where bubblewrap
+(``bwrap``) can build a sandbox, the command runs inside one: no network unless
+asked for, the file system read-only except the working directory and a private
+``/tmp``, the home directory (and ``/run``, where the host's sockets live)
+replaced by empty ones unless a path is exposed by name, a private ``/proc``,
+``/dev`` and process tree, no capabilities. Where it cannot, the runner falls
+back to the isolation below alone and says why (``GateRun.fallback``), or, when
+isolation is required, refuses to run (:class:`IsolationUnavailable`).
+
+In both cases the command runs in its own process group (a new session) and
+working directory, with a wall-clock timeout after which the whole group is
+killed; optionally with CPU-seconds and memory limits (``setrlimit``). Its
+environment is scrubbed of secret-looking variables unless they are passed
+through by name. Its stdout and stderr are merged and captured up to a size cap
+(the end is kept), then redacted and hashed (SHA-256) before anything else sees
+them.
 
 A process that had to be killed (timeout, or a signal such as the CPU limit's
 ``SIGXCPU``) has no exit code: the gate sees ``None`` -> ``PROCESS_KILLED``.
@@ -13,25 +23,40 @@ A process that had to be killed (timeout, or a signal such as the CPU limit's
 
 from __future__ import annotations
 
+import functools
 import io
+import json
 import os
+import pwd
 import re
 import resource
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Literal, cast
 
-from devs.domain.errors import InvalidInput
+from devs.domain.errors import DevsError, InvalidInput
 from devs.domain.redaction import error_hash, redact
 
 DEFAULT_OUTPUT_CAP = 1_048_576  # bytes of output kept (the last ones)
 KILL_GRACE_SECONDS = 2.0
+PROBE_TIMEOUT_SECONDS = 10.0
+
+Isolation = Literal["auto", "require", "none"]
+ISOLATIONS: tuple[Isolation, ...] = ("auto", "require", "none")
+
+# What the runner still does without bubblewrap; the fallback notice names it.
+WEAKER_ISOLATION = (
+    "a process group, rlimits and a scrubbed environment only "
+    "(no file-system or network isolation)"
+)
 
 _SECRET_NAME = re.compile(
     r"(?i)(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY"
@@ -39,6 +64,13 @@ _SECRET_NAME = re.compile(
     r"|^DATABASE_URL$|_DSN$)"
 )
 _SECRET_VALUE = re.compile(r"://[^\s/:@]*:[^\s/@]+@")
+
+
+class IsolationUnavailable(DevsError):
+    """Gate isolation was required, or its sandbox could not be set up.
+
+    Nothing ran: the caller records nothing.
+    """
 
 
 def scrub_environment(
@@ -65,7 +97,7 @@ def scrub_environment(
 
 @dataclass(frozen=True)
 class GateRun:
-    """What a gate command did."""
+    """What a gate command did, and how it was isolated."""
 
     command: tuple[str, ...]
     exit_code: int | None
@@ -76,6 +108,9 @@ class GateRun:
     signal_name: str | None = None
     truncated_bytes: int = 0
     scrubbed_env: tuple[str, ...] = field(default_factory=tuple)
+    isolation: Literal["bwrap", "none"] = "none"
+    # Set when bubblewrap was wanted but unavailable: the one-line notice.
+    fallback: str | None = None
 
     @property
     def error(self) -> str:
@@ -99,7 +134,7 @@ class _TailBuffer:
         self.data += chunk
         excess = len(self.data) - self.cap
         if excess > 0:
-            del self.data[:excess]
+            del self.data[:excess]  # O(excess): CPython moves the start, not the data
             self.dropped += excess
 
 
@@ -123,6 +158,292 @@ def _positive(name: str, value: float | None, maximum: float) -> None:
         raise InvalidInput(msg)
 
 
+# ---------------------------------------------------------------- bubblewrap
+#
+# The options, and why (checked on Debian 12, bwrap 0.8.0, as root and as an
+# unprivileged user; they are the ones a stock Debian or Ubuntu CI host takes):
+#
+# --unshare-all   new user (if possible), ipc, pid, net, uts and cgroup (if
+#                 possible) namespaces. The user and cgroup ones are the "-try"
+#                 kind, so the same line works as root (no user namespace
+#                 needed) and as a user where unprivileged user namespaces are
+#                 allowed; an explicit --unshare-user would fail where they are
+#                 not. --share-net (with network=True) keeps the host network.
+# --cap-drop ALL  (as root) bwrap run by root keeps every capability inside the
+#                 sandbox; with CAP_SYS_ADMIN the command can simply `umount`
+#                 the tmpfs over the home directory and read what is under it
+#                 (done here). Others get no capabilities anyway, and a setuid
+#                 bwrap refuses the option from them.
+# --die-with-parent  the sandbox dies with the runner.
+# --ro-bind / /   everything read-only (submounts too).
+# --dev /dev      a minimal /dev: null, zero, random, tty, pts, shm; no disks.
+# --proc /proc    the proc of the new pid namespace. Never bind the host's
+#                 /proc: /proc/<runner pid>/environ holds the unscrubbed
+#                 environment.
+# --tmpfs /tmp, --tmpfs /run, --tmpfs HOME
+#                 empty and private. A read-only bind does not stop connect()
+#                 on a unix socket, so /run (docker.sock, D-Bus, systemd) and
+#                 /tmp (X11, ssh-agent) are hidden, not just read-only.
+# --bind CWD CWD  the working directory stays writable.
+# --chdir CWD, --json-status-fd FD
+#                 bwrap reports the sandboxed child's pid on FD once it has
+#                 started it: no report means the sandbox failed to start and
+#                 the command never ran (not a failing gate).
+# No --new-session: the runner already calls setsid() before exec, so there is
+# no controlling terminal to inject keystrokes into (TIOCSTI), and the
+# sandboxed processes stay in the process group the timeout kills. The pid
+# namespace kills those that leave the group when the command exits.
+_BWRAP_BASE = (
+    "--unshare-all",
+    "--die-with-parent",
+    *(("--cap-drop", "ALL") if os.geteuid() == 0 else ()),
+    "--ro-bind",
+    "/",
+    "/",
+    "--dev",
+    "/dev",
+    "--proc",
+    "/proc",
+)
+_PRIVATE_DIRS = ("/tmp", "/run")
+
+# Mount kinds, in the order bwrap applies them at one depth.
+_HIDE, _EXPOSE, _WRITABLE, _PROTECT = range(4)
+_OPTION = {_HIDE: "--tmpfs", _EXPOSE: "--ro-bind", _WRITABLE: "--bind"}
+_OPTION[_PROTECT] = "--ro-bind"
+
+
+@dataclass(frozen=True)
+class _Mount:
+    kind: int
+    path: str
+
+    @property
+    def depth(self) -> int:
+        return len(Path(self.path).parts)
+
+    def holds(self, path: str) -> bool:
+        return path == self.path or path.startswith(self.path.rstrip("/") + "/")
+
+    def options(self) -> list[str]:
+        if self.kind == _HIDE:
+            return ["--tmpfs", self.path]
+        return [_OPTION[self.kind], self.path, self.path]
+
+
+def _ordered(mounts: Iterable[_Mount]) -> list[_Mount]:
+    """In bwrap order: a deeper mount goes on top of a shallower one."""
+    unique = {(m.kind, m.path): m for m in mounts}.values()
+    return sorted(unique, key=lambda m: (m.depth, m.kind, m.path))
+
+
+def _cover(path: str, mounts: Sequence[_Mount]) -> _Mount | None:
+    """The mount that decides what the sandbox shows at ``path`` (None: ``/``)."""
+    return next((m for m in reversed(mounts) if m.holds(path)), None)
+
+
+def _find_bwrap(bwrap: str | None) -> tuple[str | None, str]:
+    """The bwrap program to use, or None and why there is none."""
+    if bwrap is None:
+        found = shutil.which("bwrap")
+        return (found, "") if found else (None, "bwrap is not installed (not on PATH)")
+    found = shutil.which(bwrap)
+    return (found, "") if found else (None, f"bwrap is not installed (no {bwrap!r})")
+
+
+@functools.cache
+def _probe(program: str) -> str | None:
+    """Why ``program`` cannot build the gate sandbox on this host, or None."""
+    try:
+        probe = subprocess.run(
+            [program, *_BWRAP_BASE, "--", program, "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=PROBE_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"{program} did not start a sandbox in {PROBE_TIMEOUT_SECONDS:g}s"
+    except OSError as error:
+        return f"{program} cannot run: {error.strerror or error}"
+    if probe.returncode == 0:
+        return None
+    said = (probe.stderr + probe.stdout).decode("utf-8", "replace").strip()
+    first = said.splitlines()[0].strip() if said else f"exit code {probe.returncode}"
+    return f"bwrap cannot create a sandbox here ({first})"
+
+
+def sandbox_unavailable(bwrap: str | None = None) -> str | None:
+    """Why gates cannot run under bubblewrap here, or None when they can.
+
+    ``bwrap`` names the program (default: ``bwrap`` on ``PATH``). The answer
+    comes from running it once per process with the sandbox's options.
+    """
+    program, why = _find_bwrap(bwrap)
+    return why if program is None else _probe(program)
+
+
+def _home_dirs(env: Mapping[str, str]) -> set[str]:
+    """The command's ``$HOME`` and the user's home directory, as real paths."""
+    homes = {env.get("HOME", "")}
+    with suppress(KeyError):
+        homes.add(pwd.getpwuid(os.getuid()).pw_dir)
+    found = set()
+    for home in filter(None, homes):
+        real = os.path.realpath(home)
+        if real != "/" and Path(real).is_dir():
+            found.add(real)
+    return found
+
+
+def _runtime_dirs() -> set[str]:
+    """The Python installation running devs (for ``python`` gates and the demo)."""
+    return {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
+
+
+def _mounts(
+    workdir: str,
+    env: Mapping[str, str],
+    network: bool,
+    allow_paths: Iterable[str],
+    read_only_paths: Iterable[str],
+) -> list[_Mount]:
+    homes = _home_dirs(env)
+    base = [_Mount(_HIDE, d) for d in _PRIVATE_DIRS if Path(d).is_dir()]
+    base += [_Mount(_HIDE, h) for h in homes]
+    base.append(_Mount(_WRITABLE, workdir))
+    mounts = _ordered(base)
+
+    def hidden(path: str) -> bool:
+        cover = _cover(path, mounts)
+        return cover is not None and cover.kind == _HIDE
+
+    exposed = [p for p in allow_paths if hidden(p)]
+    # devs' own Python, unless exposing it would expose a whole home directory.
+    exposed += [
+        p
+        for p in _runtime_dirs()
+        if hidden(p) and not any(_Mount(_EXPOSE, p).holds(h) for h in homes)
+    ]
+    resolv = os.path.realpath("/etc/resolv.conf")
+    if network and hidden(resolv) and Path(resolv).is_file():
+        exposed.append(resolv)  # systemd-resolved keeps it under /run
+    mounts = _ordered([*mounts, *(_Mount(_EXPOSE, p) for p in exposed)])
+    protected = []
+    for path in read_only_paths:
+        cover = _cover(path, mounts)
+        if cover is not None and cover.kind == _WRITABLE and Path(path).exists():
+            protected.append(_Mount(_PROTECT, path))
+    return _ordered([*mounts, *protected])
+
+
+def _locate(program: str, workdir: str, env: Mapping[str, str]) -> str:
+    """The absolute path ``program`` runs from, as ``execvp`` finds it."""
+    if "/" in program:
+        path = os.path.join(workdir, program)
+        if not os.path.lexists(path):
+            msg = f"command not found: {program!r}"
+            raise InvalidInput(msg)
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            msg = f"command is not executable: {program!r}"
+            raise InvalidInput(msg)
+        return os.path.normpath(path)
+    search = os.pathsep.join(
+        os.path.join(workdir, d) for d in os.get_exec_path(dict(env))
+    )
+    found = shutil.which(program, path=search)
+    if found is None:
+        msg = f"command not found: {program!r}"
+        raise InvalidInput(msg)
+    return os.path.normpath(found)
+
+
+def _interpreter(path: str, workdir: str, env: Mapping[str, str]) -> str | None:
+    """The program a ``#!`` script names (through ``env``), if any."""
+    try:
+        with open(path, "rb") as script:
+            head = script.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+    if not words:
+        return None
+    if os.path.basename(words[0]) == "env":
+        names = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+        if not names:
+            return None
+        with suppress(InvalidInput):
+            return _locate(names[0], workdir, env)
+        return None
+    return words[0]
+
+
+def _check_visible(
+    command: str, workdir: str, env: Mapping[str, str], mounts: Sequence[_Mount]
+) -> None:
+    """Refuse a command whose program or interpreter the sandbox hides."""
+    program = _locate(command, workdir, env)
+    needed = [program]
+    interpreter = _interpreter(program, workdir, env)
+    if interpreter is not None:
+        needed.append(interpreter)
+    for path in needed:
+        for seen in (os.path.abspath(path), os.path.realpath(path)):
+            cover = _cover(seen, mounts)
+            if cover is not None and cover.kind == _HIDE:
+                msg = (
+                    f"command {command!r} needs {seen}, which the gate sandbox "
+                    f"hides (it is under {cover.path}); expose it, or the "
+                    "installation it belongs to, with --allow-path"
+                )
+                raise InvalidInput(msg)
+
+
+def _bwrap_argv(
+    program: str,
+    command: Sequence[str],
+    workdir: str,
+    network: bool,
+    mounts: Sequence[_Mount],
+    status_fd: int,
+) -> list[str]:
+    return [
+        program,
+        *_BWRAP_BASE,
+        *(["--share-net"] if network else []),
+        *(option for mount in mounts for option in mount.options()),
+        "--chdir",
+        workdir,
+        "--json-status-fd",
+        str(status_fd),
+        "--",
+        *command,
+    ]
+
+
+def _started(status: bytes) -> bool:
+    """Whether bwrap's JSON status lines report a started child."""
+    for line in status.decode("utf-8", "replace").splitlines():
+        with suppress(ValueError):
+            report = json.loads(line)
+            if isinstance(report, dict) and "child-pid" in report:
+                return True
+    return False
+
+
+def _real_paths(paths: Iterable[str | Path], what: str) -> list[str]:
+    found = []
+    for path in paths:
+        real = os.path.realpath(os.path.expanduser(str(path)))
+        if not os.path.exists(real):
+            msg = f"{what} {str(path)!r} does not exist"
+            raise InvalidInput(msg)
+        found.append(real)
+    return found
+
+
 def run_gate(
     command: Sequence[str],
     *,
@@ -133,8 +454,24 @@ def run_gate(
     pass_env: Iterable[str] = (),
     environ: Mapping[str, str] | None = None,
     output_cap: int = DEFAULT_OUTPUT_CAP,
+    isolation: Isolation = "auto",
+    network: bool = False,
+    allow_paths: Iterable[str | Path] = (),
+    read_only_paths: Iterable[str | Path] = (),
+    bwrap: str | None = None,
 ) -> GateRun:
-    """Run ``command`` sandboxed and report how it ended."""
+    """Run ``command`` sandboxed and report how it ended.
+
+    ``isolation``: ``"auto"`` runs under bubblewrap where it works and falls
+    back to the weaker isolation elsewhere (``GateRun.fallback`` says why);
+    ``"require"`` raises :class:`IsolationUnavailable` instead, before running
+    anything; ``"none"`` does not use bubblewrap. Under bubblewrap,
+    ``network`` keeps the host network, ``allow_paths`` are shown read-only
+    where the sandbox would hide them (in the home directory, ``/tmp``,
+    ``/run``), and ``read_only_paths`` that lie in the working directory are
+    read-only there. ``bwrap`` names the program (default: ``bwrap`` on
+    ``PATH``).
+    """
     if not command:
         msg = "command must not be empty"
         raise InvalidInput(msg)
@@ -142,6 +479,9 @@ def run_gate(
     _positive("cpu_seconds", cpu_seconds, 86_400)
     _positive("memory_mb", memory_mb, 1_048_576)
     _positive("output_cap", output_cap, 1 << 30)
+    if isolation not in ISOLATIONS:
+        msg = f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}"
+        raise InvalidInput(msg)
     workdir = Path(cwd) if cwd is not None else Path.cwd()
     if not workdir.is_dir():
         msg = f"working directory {str(workdir)!r} does not exist"
@@ -149,30 +489,70 @@ def run_gate(
     env, scrubbed = scrub_environment(
         os.environ if environ is None else environ, pass_env
     )
+    allowed = _real_paths(allow_paths, "allowed path")
+
+    program: str | None = None
+    fallback: str | None = None
+    if isolation != "none":
+        program, why = _find_bwrap(bwrap)
+        why = why if program is None else (_probe(program) or "")
+        if why:
+            if isolation == "require":
+                msg = f"gate isolation is required, but {why}"
+                raise IsolationUnavailable(msg)
+            program = None
+            fallback = f"{why}; the gate runs with {WEAKER_ISOLATION}"
+
+    argv = list(command)
+    status_read = status_write = -1
+    if program is not None:
+        real_workdir = os.path.realpath(workdir)
+        mounts = _mounts(
+            real_workdir,
+            env,
+            network,
+            allowed,
+            [os.path.realpath(p) for p in read_only_paths],
+        )
+        _check_visible(command[0], real_workdir, env, mounts)
+        status_read, status_write = os.pipe()
+        argv = _bwrap_argv(
+            program, command, real_workdir, network, mounts, status_write
+        )
 
     buffer = _TailBuffer(int(output_cap))
     start = time.monotonic()
     try:
         process = subprocess.Popen(
-            list(command),
+            argv,
             cwd=workdir,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            pass_fds=(status_write,) if program is not None else (),
             preexec_fn=(
                 (lambda: _limits(cpu_seconds, memory_mb))
                 if cpu_seconds is not None or memory_mb is not None
                 else None
             ),
         )
-    except FileNotFoundError:
-        msg = f"command not found: {command[0]!r}"
-        raise InvalidInput(msg) from None
-    except PermissionError:
-        msg = f"command is not executable: {command[0]!r}"
-        raise InvalidInput(msg) from None
+    except OSError as error:
+        if program is not None:
+            os.close(status_read)
+            msg = f"the gate sandbox could not be set up: {program}: {error}"
+            raise IsolationUnavailable(msg) from None
+        if isinstance(error, FileNotFoundError):
+            msg = f"command not found: {command[0]!r}"
+            raise InvalidInput(msg) from None
+        if isinstance(error, PermissionError):
+            msg = f"command is not executable: {command[0]!r}"
+            raise InvalidInput(msg) from None
+        raise
+    finally:
+        if program is not None:
+            os.close(status_write)
 
     stdout = cast(io.BufferedReader, process.stdout)
 
@@ -198,6 +578,16 @@ def run_gate(
             stdout.close()
     duration = time.monotonic() - start
 
+    if program is not None:
+        status = _read_available(status_read)
+        os.close(status_read)
+        if not timed_out and not _started(status):
+            said = buffer.data.decode("utf-8", "replace").strip().splitlines()
+            msg = "the gate sandbox could not be set up: " + (
+                said[-1].strip() if said else f"bwrap exit code {process.returncode}"
+            )
+            raise IsolationUnavailable(msg)
+
     returncode = process.returncode
     signal_name: str | None = None
     exit_code: int | None = returncode
@@ -206,6 +596,11 @@ def run_gate(
     elif returncode is not None and returncode < 0:
         signal_name = signal.Signals(-returncode).name
         exit_code = None
+    elif program is not None and returncode is not None and returncode > 128:
+        # bwrap reports a child killed by signal N as exit code 128 + N.
+        with suppress(ValueError):
+            signal_name = signal.Signals(returncode - 128).name
+            exit_code = None
 
     text = buffer.data.decode("utf-8", errors="replace")
     if buffer.dropped:
@@ -221,7 +616,19 @@ def run_gate(
         signal_name=signal_name,
         truncated_bytes=buffer.dropped,
         scrubbed_env=tuple(scrubbed),
+        isolation="bwrap" if program is not None else "none",
+        fallback=fallback,
     )
+
+
+def _read_available(fd: int) -> bytes:
+    """What is in the pipe now, without waiting for its writers to close it."""
+    os.set_blocking(fd, False)
+    chunks = []
+    with suppress(BlockingIOError):
+        while chunk := os.read(fd, 65_536):
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _kill_group(process: subprocess.Popen[bytes], grace: float) -> None:

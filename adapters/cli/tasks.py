@@ -17,6 +17,7 @@ from devs.adapters.cli.base import (
     ExitCode,
     cli,
     emit_json,
+    fail,
     handles_errors,
     json_option,
     pass_context,
@@ -25,7 +26,11 @@ from devs.adapters.cli.base import (
     show_gate,
     show_rows,
 )
-from devs.adapters.sandbox import DEFAULT_OUTPUT_CAP, run_gate
+from devs.adapters.sandbox import (
+    DEFAULT_OUTPUT_CAP,
+    IsolationUnavailable,
+    run_gate,
+)
 from devs.domain import (
     EntropyDecision,
     InvalidInput,
@@ -270,6 +275,24 @@ def gate() -> None:
     show_default=True,
     help="Bytes of output kept (the last ones).",
 )
+@click.option(
+    "--network",
+    is_flag=True,
+    help="Let the command use the network (in the sandbox it has none).",
+)
+@click.option(
+    "--allow-path",
+    "allow_paths",
+    multiple=True,
+    type=click.Path(),
+    help="Show this path read-only in the sandbox, which hides the home "
+    "directory, /tmp and /run (repeatable).",
+)
+@click.option(
+    "--require-isolation",
+    is_flag=True,
+    help="Refuse to run when the bwrap sandbox is unavailable.",
+)
 @click.option("--strategy", default=None, help="The strategy this attempt used.")
 @json_option
 @pass_context
@@ -285,24 +308,44 @@ def gate_run(
     cwd: str | None,
     pass_env: Sequence[str],
     output_cap: int,
+    network: bool,
+    allow_paths: Sequence[str],
+    require_isolation: bool,
     strategy: str | None,
     as_json: bool,
 ) -> None:
     """Run COMMAND sandboxed and judge TASK_ID's gate by its exit code.
 
     Write the command after `--`: devs gate run TASK -- pytest -q
+
+    Under bubblewrap (bwrap) when it works here: no network, a read-only file
+    system but for the working directory and a private /tmp, an empty home
+    directory. Without it, one warning line and weaker isolation.
     """
     # Refuse an unknown task, or one that takes no gate now, before running anything.
     ctx.app.require_gate_allowed(task_id)
-    result = run_gate(
-        command,
-        cwd=cwd,
-        timeout=timeout,
-        cpu_seconds=cpu_seconds,
-        memory_mb=memory_mb,
-        pass_env=pass_env,
-        output_cap=output_cap,
-    )
+    try:
+        result = run_gate(
+            command,
+            cwd=cwd,
+            timeout=timeout,
+            cpu_seconds=cpu_seconds,
+            memory_mb=memory_mb,
+            pass_env=pass_env,
+            output_cap=output_cap,
+            isolation="require" if require_isolation else "auto",
+            network=network,
+            allow_paths=allow_paths,
+            # The referee's own log is read-only to the command.
+            read_only_paths=[
+                ctx.db + suffix for suffix in ("", "-wal", "-shm", "-journal")
+            ],
+        )
+    except IsolationUnavailable as error:
+        fail(" ".join(str(error).split()), ExitCode.REFUSED)
+        raise  # not reached: fail() exits
+    if result.fallback is not None:
+        click.echo(f"devs: warning: {result.fallback}", err=True)
     shown = redact(shlex.join(command))
     last_line = next(
         (line.strip() for line in reversed(result.output.splitlines()) if line.strip()),
@@ -327,6 +370,7 @@ def gate_run(
                     "output_hash": result.output_hash,
                     "truncated_bytes": result.truncated_bytes,
                     "scrubbed_env": list(result.scrubbed_env),
+                    "isolation": result.isolation,
                 },
                 "decision": decision,
             }

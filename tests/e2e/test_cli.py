@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from devs.adapters.sandbox import sandbox_unavailable
 from tests.helpers import event_count
 
 DEVS = str(Path(sys.executable).with_name("devs"))
@@ -383,6 +388,104 @@ def test_environment_is_scrubbed_for_gates(devs: Devs) -> None:
     )
     last = devs.json("task", "show", "t1")["failure_history"][-1]
     assert last["output_excerpt"].strip() == "value: xyz"
+
+
+def require_bwrap() -> None:
+    """Skip where bwrap cannot sandbox here; in CI (which installs it), fail."""
+    why = sandbox_unavailable()
+    if why is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the sandboxed gate tests, but {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A directory that is neither under /tmp nor the home directory."""
+    base = Path(tempfile.mkdtemp(prefix="devs-cli-test-", dir="/var/tmp")).resolve()
+    yield base
+    shutil.rmtree(base)
+
+
+def test_gates_run_sandboxed(devs: Devs, outside_tmp: Path) -> None:
+    require_bwrap()
+    home = outside_tmp / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text("aws_secret_access_key = k\n")
+    env = {"HOME": str(home)}
+    devs("task", "start", "t1")
+    # Exit 0 only if the command could read the file.
+    read = f"print(open({str(home / '.aws' / 'credentials')!r}).read())"
+    blocked = devs.json("gate", "run", "t1", "--", PY, "-c", read, env=env, code=RETRY)
+    assert blocked["run"]["isolation"] == "bwrap"
+    last = devs.json("task", "show", "t1")["failure_history"][-1]
+    assert "FileNotFoundError" in last["output_excerpt"]
+    devs(
+        "gate",
+        "run",
+        "t1",
+        "--allow-path",
+        str(home / ".aws"),
+        "--",
+        PY,
+        "-c",
+        read,
+        env=env,
+    )
+
+    devs("task", "start", "t2")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
+        devs("gate", "run", "t2", "--", PY, "-c", connect, code=RETRY)
+        devs("gate", "run", "t2", "--network", "--", PY, "-c", connect)
+        listener.accept()[0].close()
+
+
+def test_a_gate_cannot_touch_the_database(devs: Devs) -> None:
+    require_bwrap()
+    devs("task", "start", "t1")
+    before = event_count(devs.db)
+    forge = f"open({str(devs.db)!r}, 'ab').write(b'forged')"
+    devs("gate", "run", "t1", "--", PY, "-c", forge, code=RETRY)
+    last = devs.json("task", "show", "t1")["failure_history"][-1]
+    assert "Read-only file system" in last["output_excerpt"]
+    assert event_count(devs.db) == before + 1  # the gate's own event, nothing else
+
+
+def test_without_bwrap_gates_fall_back_or_refuse(devs: Devs) -> None:
+    no_bwrap = {"PATH": str(devs.cwd / "empty-path")}  # PY and DEVS are absolute
+    devs("task", "start", "t1")
+    before = event_count(devs.db)
+    marker = devs.cwd / "ran"
+    touch = f"open({str(marker)!r}, 'w').close()"
+    refused = devs(
+        "gate",
+        "run",
+        "t1",
+        "--require-isolation",
+        "--",
+        PY,
+        "-c",
+        touch,
+        env=no_bwrap,
+        code=REFUSED,
+    )
+    assert_one_line_error(
+        refused, "gate isolation is required, but bwrap is not installed"
+    )
+    assert not marker.exists()
+    assert event_count(devs.db) == before
+
+    ran = devs("gate", "run", "t1", "--", PY, "-c", touch, env=no_bwrap)
+    assert marker.exists()
+    assert ran.stderr.splitlines() == [
+        "devs: warning: bwrap is not installed (not on PATH); the gate runs with "
+        "a process group, rlimits and a scrubbed environment only (no file-system "
+        "or network isolation)"
+    ]
+    assert event_count(devs.db) == before + 1
 
 
 def test_database_from_option_env_or_default(tmp_path: Path) -> None:

@@ -1,19 +1,51 @@
-"""The sandboxed gate runner, on real processes."""
+"""The sandboxed gate runner, on real processes.
+
+The tests that take the ``isolation`` fixture run twice: under bubblewrap
+("require") and without it ("none"). Where bwrap cannot sandbox on this host the
+first is skipped, except in CI (``$CI`` set), where it fails: CI installs bwrap.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from devs.adapters.sandbox import run_gate, scrub_environment
+from devs.adapters.sandbox import (
+    GateRun,
+    Isolation,
+    run_gate,
+    sandbox_unavailable,
+    scrub_environment,
+)
 from devs.domain import InvalidInput
 from devs.domain.redaction import error_hash
 
 PY = sys.executable
+
+
+def require_bwrap() -> None:
+    """Skip where bwrap cannot sandbox here; in CI, fail instead."""
+    why = sandbox_unavailable()
+    if why is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the sandboxed gate tests, but {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(params=["require", "none"])
+def isolation(request: pytest.FixtureRequest) -> Isolation:
+    mode: Isolation = request.param
+    if mode == "require":
+        require_bwrap()
+    return mode
 
 
 def is_alive(pid: int) -> bool:
@@ -25,20 +57,56 @@ def is_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def wait_dead(pid: int, seconds: float = 5.0) -> bool:
+def processes_with(token: str) -> list[int]:
+    """Live processes whose command line holds ``token``.
+
+    Sandboxed processes have other pids inside their namespace, so a gate
+    cannot tell the host its children's pids; they are found by a token.
+    """
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if token.encode() in cmdline and is_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(condition: Callable[[], object], seconds: float = 10.0) -> bool:
+    """Whether ``condition`` holds within ``seconds`` (a bound, not a speed)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not is_alive(pid):
+        if condition():
             return True
         time.sleep(0.05)
-    return False
+    return bool(condition())
 
 
-def test_exit_codes_pass_through() -> None:
-    assert run_gate(["true"]).exit_code == 0
-    result = run_gate([PY, "-c", "raise SystemExit(3)"])
+CHILD = "open('child-started', 'w').close(); import time; time.sleep(60)"
+
+
+def sleeper(token: str) -> str:
+    """Python code that starts a child which creates ``child-started`` in the
+    working directory and sleeps, with ``{token}-child`` in its argv (assembled
+    at run time: only the child's command line holds it)."""
+    return (
+        "import subprocess, sys;"
+        f"subprocess.Popen([sys.executable, '-c', {CHILD!r}, {token!r} + '-child'],"
+        " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)"
+    )
+
+
+def test_exit_codes_pass_through(isolation: Isolation) -> None:
+    assert run_gate(["true"], isolation=isolation).exit_code == 0
+    result = run_gate([PY, "-c", "raise SystemExit(3)"], isolation=isolation)
     assert result.exit_code == 3
     assert result.error == "exited with code 3"
+    assert result.isolation == ("bwrap" if isolation == "require" else "none")
+    assert result.fallback is None
 
 
 def test_output_is_captured_merged_redacted_and_hashed() -> None:
@@ -55,46 +123,65 @@ def test_output_is_captured_merged_redacted_and_hashed() -> None:
     assert result.output_hash == error_hash(result.output)
 
 
-def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
-    pidfile = tmp_path / "grandchild.pid"
-    script = (
-        "import subprocess, sys, time;"
-        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
-        f"open({str(pidfile)!r}, 'w').write(str(p.pid));"
-        "time.sleep(60)"
+def test_timeout_kills_the_whole_group(tmp_path: Path, isolation: Isolation) -> None:
+    token = f"devs-test-{uuid.uuid4()}"
+    script = f"{sleeper(token)}; import time; time.sleep(60)"
+    results: list[GateRun] = []
+    gate = threading.Thread(
+        target=lambda: results.append(
+            run_gate(
+                [PY, "-c", script, token],
+                cwd=tmp_path,
+                timeout=3.0,  # room for both to start on a loaded machine
+                isolation=isolation,
+            )
+        )
     )
-    start = time.monotonic()
-    result = run_gate([PY, "-c", script], timeout=1.0)
-    assert time.monotonic() - start < 10
+    gate.start()
+    # The child runs ...
+    assert wait_until(lambda: processes_with(f"{token}-child"))
+    gate.join()
+    (result,) = results
     assert result.exit_code is None
     assert result.timed_out
     assert "timeout" in result.error
-    assert wait_dead(int(pidfile.read_text()))
+    # ... and after the timeout, neither it nor the command does.
+    assert wait_until(lambda: not processes_with(token))
 
 
-def test_background_children_die_with_the_gate(tmp_path: Path) -> None:
-    pidfile = tmp_path / "child.pid"
+def test_background_children_die_with_the_gate(
+    tmp_path: Path, isolation: Isolation
+) -> None:
+    token = f"devs-test-{uuid.uuid4()}"
+    # The command exits once its child runs.
     script = (
-        "import subprocess, sys;"
-        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
-        " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL);"
-        f"open({str(pidfile)!r}, 'w').write(str(p.pid))"
+        f"{sleeper(token)}; import os, time\n"
+        "while not os.path.exists('child-started'): time.sleep(0.05)"
     )
-    result = run_gate([PY, "-c", script], timeout=30)
-    assert result.exit_code == 0
-    assert wait_dead(int(pidfile.read_text()))
+    result = run_gate([PY, "-c", script], cwd=tmp_path, timeout=30, isolation=isolation)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "child-started").exists()
+    assert wait_until(lambda: not processes_with(token))
 
 
-def test_cpu_limit_kills_a_busy_loop() -> None:
-    result = run_gate([PY, "-c", "while True: pass"], cpu_seconds=1, timeout=30)
+def test_cpu_limit_kills_a_busy_loop(isolation: Isolation) -> None:
+    result = run_gate(
+        [PY, "-c", "while True: pass"],
+        cpu_seconds=1,
+        timeout=30,
+        isolation=isolation,
+    )
     assert result.exit_code is None
     assert result.signal_name == "SIGXCPU"
     assert result.error == "killed by SIGXCPU"
 
 
-def test_memory_limit_stops_a_large_allocation() -> None:
+def test_memory_limit_stops_a_large_allocation(isolation: Isolation) -> None:
     result = run_gate(
-        [PY, "-c", "x = bytearray(2 * 1024**3)"], memory_mb=256, timeout=30
+        [PY, "-c", "x = bytearray(2 * 1024**3)"],
+        memory_mb=256,
+        timeout=30,
+        isolation=isolation,
     )
     assert result.exit_code == 1
     assert "MemoryError" in result.output
@@ -110,12 +197,14 @@ def test_output_is_capped_keeping_the_end() -> None:
     assert len(result.output) < 1_100
 
 
-def test_working_directory(tmp_path: Path) -> None:
-    result = run_gate([PY, "-c", "import os; print(os.getcwd())"], cwd=tmp_path)
+def test_working_directory(tmp_path: Path, isolation: Isolation) -> None:
+    result = run_gate(
+        [PY, "-c", "import os; print(os.getcwd())"], cwd=tmp_path, isolation=isolation
+    )
     assert result.output.strip() == str(tmp_path)
 
 
-def test_environment_is_scrubbed_unless_passed_through() -> None:
+def test_environment_is_scrubbed_unless_passed_through(isolation: Isolation) -> None:
     environ = {
         "PATH": os.environ["PATH"],
         "HOME": "/tmp",
@@ -125,8 +214,9 @@ def test_environment_is_scrubbed_unless_passed_through() -> None:
         "SOME_URL": "https://user:pw@example.invalid/x",
         "HARMLESS": "1",
     }
-    code = "import os; print(sorted(k for k in os.environ if k != 'LC_CTYPE'))"
-    result = run_gate([PY, "-c", code], environ=environ)
+    # Python may add LC_CTYPE; bwrap sets PWD (the working directory).
+    code = "import os; print(sorted(set(os.environ) - {'LC_CTYPE', 'PWD'}))"
+    result = run_gate([PY, "-c", code], environ=environ, isolation=isolation)
     assert result.output.strip() == "['HARMLESS', 'HOME', 'PATH']"
     assert result.scrubbed_env == (
         "DATABASE_URL",
@@ -134,7 +224,12 @@ def test_environment_is_scrubbed_unless_passed_through() -> None:
         "MY_API_TOKEN",
         "SOME_URL",
     )
-    kept = run_gate([PY, "-c", code], environ=environ, pass_env=["MY_API_TOKEN"])
+    kept = run_gate(
+        [PY, "-c", code],
+        environ=environ,
+        pass_env=["MY_API_TOKEN"],
+        isolation=isolation,
+    )
     assert "MY_API_TOKEN" in kept.output
 
 
@@ -156,6 +251,8 @@ def test_scrub_environment_rules() -> None:
         ({"command": ["true"], "cpu_seconds": -1}, "cpu_seconds -1 is out of range"),
         ({"command": ["true"], "memory_mb": 0}, "memory_mb 0 is out of range"),
         ({"command": ["true"], "cwd": "/nonexistent/dir"}, "does not exist"),
+        ({"command": ["true"], "isolation": "strict"}, "isolation must be one of"),
+        ({"command": ["true"], "allow_paths": ["/nonexistent/x"]}, "does not exist"),
     ],
 )
 def test_bad_arguments(kwargs: dict[str, object], message: str) -> None:
