@@ -27,6 +27,10 @@ markdown table, then one line per target saying whether this run met it:
    lists (target >= 20 MB/s for both); the slowest of the corpus's other hostile
    texts (reported only); and the longest ``record_gate`` of any of them, which
    redacts and records the output (target < 1 s). See bench/redaction_speed.py.
+7. Runs (bench/runs.py): ``start_run`` of a 5,000-node chain, of a 5,000-node
+   fan-in and of the largest DAG the limits allow (target < 1 s each), the
+   largest run event and run snapshot stored (target <= 3,000,000 bytes each),
+   and ``run_state()`` of the run of row 4 (target < 0.5 s).
 
 Rows 1 and 2 are measured in alternating rounds, so the mood of a shared, noisy
 disk (other tenants, write-back) is spread evenly over everything compared. Set
@@ -54,6 +58,7 @@ from typing import Any, TypedDict, cast
 from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 from redaction_speed import Speeds, speeds
+from runs import Figure, large_run_figures, start_figures
 
 from devs.domain import Policy, RecoveryService
 
@@ -414,6 +419,19 @@ def redaction_rows(measured: Speeds, chars: Sequence[int]) -> list[Row]:
     ]
 
 
+def run_rows(figures: Sequence[Figure]) -> list[Row]:
+    return [
+        Row(
+            figure.label,
+            figure.shown,
+            target=figure.target.text,
+            verdict=figure.met,
+            note=figure.shown,
+        )
+        for figure in figures
+    ]
+
+
 def verdict(row: Row) -> str:
     if row.verdict is None:
         return f"target not measured: {row.measure}: {row.baseline}"
@@ -463,6 +481,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     catch_up, gate_ms, timed = run_figures(
         base / "run.sqlite", args.run_tasks, args.run_gates
     )
+    say("  its snapshot and run_state()")
+    large_run = large_run_figures(base / "run.sqlite", "big", args.run_tasks)
+    say("start_run of large DAGs")
+    starts = start_figures(base)
     say("cold loads")
     load = [
         (n, load_ms(base / "load.sqlite", f"events-{i}", n))
@@ -542,6 +564,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             note=f"{gate_ms:.2f} ms",
         )
     )
+    rows += run_rows(starts + large_run)
     for i, (events, ms) in enumerate(load):
         larger = i == len(load) - 1  # the target is for the larger task
         rows.append(
