@@ -11,9 +11,13 @@ that the service can report it as a ``StoreError``.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
+from urllib.parse import quote
 
 import orjson
 from eventsourcing import sqlite as es_sqlite
@@ -21,12 +25,13 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import (
     DatabaseError,
     Mapper,
-    MapperDeserialisationError,
     StoredEvent,
     Transcoder,
 )
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel
+
+from devs.domain.errors import UnreadableEvent
 
 
 class OrjsonTranscoder(Transcoder):
@@ -58,6 +63,8 @@ class PydanticMapper(Mapper[str]):
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[str]:
+        """The domain event; :class:`UnreadableEvent` if it cannot be decoded
+        (an unknown topic, damaged bytes, a state its class refuses)."""
         stored_state = stored_event.state
         try:
             if self.cipher:
@@ -65,26 +72,70 @@ class PydanticMapper(Mapper[str]):
             if self.compressor:
                 stored_state = self.compressor.decompress(stored_state)
             event_state: dict[str, Any] = self.transcoder.decode(stored_state)
-        except Exception as e:
-            msg = (
-                f"Failed to deserialise stored event with topic "
-                f"'{stored_event.topic}', originator_id "
-                f"'{stored_event.originator_id}' and originator_version "
-                f"{stored_event.originator_version}: {e}"
-            )
-            raise MapperDeserialisationError(msg) from e
-        cls = resolve_topic(stored_event.topic)
-        return cast(DomainEventProtocol[str], cls(**event_state))
+            cls = resolve_topic(stored_event.topic)
+            return cast(DomainEventProtocol[str], cls(**event_state))
+        except Exception as error:
+            raise unreadable(stored_event, error) from error
+
+
+def unreadable(stored_event: StoredEvent, error: Exception) -> UnreadableEvent:
+    """Say which stored event cannot be decoded, and why, in one line."""
+    reason = " ".join(str(error).split())[:200] or type(error).__name__
+    originator_id = str(stored_event.originator_id)
+    msg = (
+        f"stored event {stored_event.originator_version} of {originator_id!r} "
+        f"(topic {stored_event.topic[:120]!r}) cannot be decoded: "
+        f"{type(error).__name__}: {reason}"
+    )
+    return UnreadableEvent(
+        msg,
+        originator_id=originator_id,
+        originator_version=stored_event.originator_version,
+        topic=stored_event.topic,
+    )
 
 
 class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
-    """eventsourcing's pool; opening a connection fails as a PersistenceError."""
+    """eventsourcing's pool; opening a connection fails as a PersistenceError.
+
+    A read-only pool never asks for WAL mode (switching needs a write).
+    """
+
+    def __init__(self, *, read_only: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if read_only:
+            self.is_journal_mode_wal = True  # as it is; never switched here
 
     def _create_connection(self) -> es_sqlite.SQLiteConnection:
         try:
             return super()._create_connection()
         except sqlite3.Error as error:  # e.g. "file is not a database"
             raise DatabaseError(error) from error
+
+
+def read_only_uri(path: str) -> str | None:
+    """A URI that opens the existing file ``path`` read-only, if it cannot be
+    written (the file or its directory: WAL needs both); else ``None``.
+
+    ``mode=ro`` where SQLite can still share the WAL index, else
+    ``immutable=1`` (no -wal or -shm file, and none can be made: the file is
+    read as it is, without locks).
+    """
+    if path == ":memory:" or path.startswith("file:"):
+        return None  # the caller's own choice
+    file = Path(path)
+    if not file.is_file():
+        return None
+    directory = file.parent if str(file.parent) else Path()
+    if os.access(file, os.W_OK) and os.access(directory, os.W_OK):
+        return None
+    uri = f"file:{quote(str(file.resolve()))}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as probe:
+            probe.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        return f"{uri}&immutable=1"
+    return uri
 
 
 class SnapshotRecorder(es_sqlite.SQLiteAggregateRecorder):
@@ -119,14 +170,27 @@ class SnapshotRecorder(es_sqlite.SQLiteAggregateRecorder):
 
 class SQLiteFactory(es_sqlite.SQLiteFactory):
     """eventsourcing's SQLite persistence, with :class:`SQLiteConnectionPool`
-    and, for snapshots, :class:`SnapshotRecorder`."""
+    and, for snapshots, :class:`SnapshotRecorder`.
+
+    A database file that cannot be written (a read-only file, directory or
+    mount) is opened read-only (:func:`read_only_uri`): it can be queried,
+    and a command fails with a ``StoreError`` that says so. ``read_only``
+    tells the read models to keep their views in a private file.
+    """
 
     aggregate_recorder_class = SnapshotRecorder
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
         pool = self.datastore.pool  # not opened yet: connections are lazy
+        uri = read_only_uri(pool.db_name)
+        self.read_only = uri is not None
         self.datastore.pool = SQLiteConnectionPool(
-            db_name=pool.db_name, lock_timeout=pool.lock_timeout
+            db_name=uri or pool.db_name,
+            lock_timeout=pool.lock_timeout,
+            read_only=self.read_only,
         )
         pool.close()
+
+    def env_create_table(self) -> bool:
+        return not self.read_only and super().env_create_table()

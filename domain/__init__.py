@@ -23,6 +23,7 @@ from devs.domain.errors import (
     StoreError,
     UnknownRun,
     UnknownTask,
+    UnreadableEvent,
 )
 from devs.domain.policy import Policy, load_policy
 from devs.domain.ports import (
@@ -34,6 +35,7 @@ from devs.domain.ports import (
     ReadModels,
     RunState,
     TaskIndexEntry,
+    Verification,
 )
 from devs.domain.signals import GraphSuspended, suspend_if_stopped
 
@@ -66,6 +68,8 @@ __all__ = [
     "TaskSummary",
     "UnknownRun",
     "UnknownTask",
+    "UnreadableEvent",
+    "Verification",
     "load_policy",
     "suspend_if_stopped",
 ]

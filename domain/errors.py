@@ -67,3 +67,24 @@ class Conflict(DevsError):
 class StoreError(DevsError):
     """The event store cannot be used: damaged, not a database, unreadable, or
     busy for longer than the lock timeout. Nothing was written."""
+
+
+class UnreadableEvent(StoreError):
+    """A stored event cannot be decoded (unknown topic, damaged or foreign
+    state). Only what depends on it fails: its own task's (or run's) loads and
+    queries; ``RecoveryService.verify()`` lists it by log position."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        originator_id: str,
+        originator_version: int,
+        topic: str,
+        position: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.originator_id = originator_id
+        self.originator_version = originator_version
+        self.topic = topic
+        self.position = position

@@ -98,6 +98,25 @@ class RunState(Immutable):
     updated_at: datetime
 
 
+class Verification(Immutable):
+    """What ``RecoveryService.verify()`` found: ``ok`` when ``problems`` is empty.
+
+    Each problem is one line: a read model whose rows differ from a fold of the
+    log, a missing table, a position past the end of the log, or an event that
+    cannot be decoded, named by its log position.
+    """
+
+    ok: bool
+    problems: list[str]
+    position: int
+    """The end of the log when the check began."""
+    read_models: tuple[str, ...]
+    """The read models compared."""
+    positions: dict[str, int]
+    """How far each stored read model had read the log: each is compared with a
+    fold of the log up to its own position (the next query reads the rest)."""
+
+
 # ---------------------------------------------------------------- the ports
 
 
@@ -166,10 +185,17 @@ class ReadModels(
         names: Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
-        """Drop the named read models (default: all) and replay them from 0."""
+        """Replay the named read models (default: all) from 0 beside the stored
+        ones, then swap them in, in one transaction."""
 
     def positions(self) -> dict[str, int]:
         """Each read model's tracking position."""
+
+    def verify(
+        self, progress: Callable[[int, int], None] | None = None
+    ) -> Verification:
+        """Refold every read model from the log and compare it with the stored
+        one; report undecodable events by log position. Writes nothing."""
 
     def close(self) -> None:
         """Release connections the read models hold of their own."""

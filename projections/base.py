@@ -24,8 +24,10 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from eventsourcing.dispatch import singledispatchmethod
 from eventsourcing.persistence import (
+    DatabaseError,
     IntegrityError,
     OperationalError,
+    PersistenceError,
     Tracking,
     TrackingRecorder,
 )
@@ -61,6 +63,15 @@ class ReadModelProjection(Projection[TView], Generic[TView]):
         method: Any = cls.__dict__["process_event"]
         handler: Handler = method.dispatcher.dispatch(event_class)
         return None if handler is _track_only else handler
+
+
+def persistence_error(error: sqlite3.Error) -> PersistenceError:
+    """eventsourcing's error for a raw ``sqlite3`` one (as its own recorders do)."""
+    if isinstance(error, sqlite3.IntegrityError):
+        return IntegrityError(error)
+    if isinstance(error, sqlite3.OperationalError):
+        return OperationalError(error)
+    return DatabaseError(error)
 
 
 def folds() -> singledispatchmethod[None]:
@@ -104,23 +115,50 @@ class SQLiteView(SQLiteTrackingRecorder):
         except IntegrityError:
             super().create_table()
 
-    def setup(self) -> None:
+    def setup(self) -> bool:
         """Create the tables; a schema never tracked here is dropped and remade.
 
         A missing tracking row means the tables are new, or of an older shape
-        (an older database): either way the read model starts again from
-        position 0 and the catch-up rebuilds it from the log.
+        (an older database); a missing table means the view was damaged (a
+        table dropped by hand). Either way the read model starts again from
+        position 0 and the next catch-up refills it from the log. Returns
+        whether it started again.
         """
         self.create_table()  # eventsourcing's tracking table
+        return self.ensure_tables()
+
+    def ensure_tables(self) -> bool:
+        """Remake the view from position 0 unless it is tracked and whole.
+
+        Checked inside the write transaction, so when processes race to repair
+        a view only the first remakes it. Returns whether it was remade.
+        """
         with self._write() as cursor:
-            fresh = self._max_tracking_id(self.tracking_name, cursor) is None
+            tracked = self._max_tracking_id(self.tracking_name, cursor) is not None
+            cursor.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
+                f"({', '.join('?' for _ in self.tables)})",
+                self.tables,
+            )
+            whole = len(cursor.fetchall()) == len(self.tables)
+            fresh = not (tracked and whole)
             if fresh:
                 for table in self.tables:
                     cursor.execute(f"DROP TABLE IF EXISTS {table}")
             for statement in self.ddl:
                 cursor.execute(statement)
             if fresh:
+                cursor.execute(
+                    "DELETE FROM tracking WHERE application_name = ?",
+                    (self.tracking_name,),
+                )
                 self._insert_tracking(cursor, Tracking(self.tracking_name, 0))
+        if fresh:
+            self.forget()
+        return fresh
+
+    def forget(self) -> None:
+        """Drop what the view holds in memory (its rows were replaced)."""
 
     def position(self) -> int:
         return self.max_tracking_id(self.tracking_name) or 0
@@ -138,11 +176,17 @@ class SQLiteView(SQLiteTrackingRecorder):
                 raise OperationalError(error) from error
             try:
                 yield cursor
+            except sqlite3.Error as error:
+                connection.rollback()
+                raise persistence_error(error) from error
             except BaseException:
                 connection.rollback()
                 raise
             else:
-                connection.commit()
+                try:
+                    connection.commit()
+                except sqlite3.Error as error:
+                    raise persistence_error(error) from error
             finally:
                 cursor.sqlite_cursor.close()
 
@@ -195,6 +239,7 @@ class SQLiteView(SQLiteTrackingRecorder):
                 (self.tracking_name,),
             )
             self._insert_tracking(cursor, Tracking(self.tracking_name, 0))
+        self.forget()
 
     @staticmethod
     def _insert(

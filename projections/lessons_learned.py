@@ -122,6 +122,5 @@ class SQLiteLessonsView(SQLiteView, LessonsView):
         self._strategies[task_id] = (position, strategies)
         return strategies
 
-    def clear(self) -> None:
-        super().clear()
+    def forget(self) -> None:
         self._strategies.clear()

@@ -16,14 +16,26 @@ default).
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
+import sqlite3
+import tempfile
+from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import IntegrityError, OperationalError, Tracking
-from eventsourcing.sqlite import SQLiteFactory
+from eventsourcing.persistence import (
+    IntegrityError,
+    Notification,
+    OperationalError,
+    Tracking,
+)
+from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteFactory
 
-from devs.domain.errors import DevsError, InvalidInput
+from devs.domain.errors import DevsError, InvalidInput, UnreadableEvent
 from devs.domain.ports import (
     FailureReport,
     GateStatus,
@@ -32,8 +44,17 @@ from devs.domain.ports import (
     PendingSession,
     RunState,
     TaskIndexEntry,
+    Verification,
 )
-from devs.projections.base import Handler, ReadModelProjection, SQLiteView
+from devs.domain.redaction import redact
+from devs.domain.run import Run
+from devs.domain.task import Task
+from devs.projections.base import (
+    Handler,
+    ReadModelProjection,
+    SQLiteView,
+    persistence_error,
+)
 from devs.projections.handoff_queue import SQLiteHandoffQueueView
 from devs.projections.hitl_failure_gates import SQLiteFailureGatesView
 from devs.projections.hitl_sessions import SQLiteHumanSessionsView
@@ -42,9 +63,11 @@ from devs.projections.registry import SQLITE
 from devs.projections.runs import SQLiteRunsView
 from devs.projections.task_failures import SQLiteTaskFailuresView
 from devs.projections.tasks import SQLiteTasksView
+from devs.projections.unreadable import Unreadable, UnreadableEvents
 
 PAGE_SIZE = 500
 MAX_CONFLICTS = 20
+MAX_EXAMPLES = 3
 LEGACY_TABLES = (
     "view_task_index",
     "view_gate_status",
@@ -56,11 +79,51 @@ LEGACY_TABLES = (
 )
 """Document tables of databases written before the typed read models."""
 
+logger = logging.getLogger("devs.read_models")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _missing_table(error: BaseException) -> bool:
+    return "no such table" in str(error)
+
+
+def _repairing(method: Callable[P, R]) -> Callable[P, R]:
+    """A query that finds a view table dropped recreates the view, refills it
+    from the log and asks again, instead of failing or answering wrongly."""
+
+    @functools.wraps(method)
+    def query(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except OperationalError as error:
+            models = args[0]
+            assert isinstance(models, SQLiteReadModels)
+            if not _missing_table(error) or not models.repair():
+                raise
+            models.catch_up()
+            return method(*args, **kwargs)
+
+    return query
+
+
+def private_datastore(path: Path) -> SQLiteDatastore:
+    """A datastore of this process's own, for views built beside the stored ones."""
+    return SQLiteDatastore(str(path), pool_size=1, max_overflow=2)
+
 
 class SQLiteReadModels:
-    """The application's read models in its own SQLite file."""
+    """The application's read models in its own SQLite file.
 
-    def __init__(self, app: Application[Any]) -> None:
+    ``datastore`` (default: the application's own) is where the views live;
+    when the application's database is read-only, the views are folded into a
+    private file of this process instead, so the database can still be
+    queried.
+    """
+
+    def __init__(
+        self, app: Application[Any], *, datastore: SQLiteDatastore | None = None
+    ) -> None:
         if not isinstance(app.factory, SQLiteFactory):
             msg = (
                 "the SQLite read models need eventsourcing.sqlite persistence; "
@@ -68,7 +131,15 @@ class SQLiteReadModels:
             )
             raise DevsError(msg)
         self.app = app
-        datastore = app.factory.datastore
+        self._file_datastore = app.factory.datastore
+        self._private: tempfile.TemporaryDirectory[str] | None = None
+        if datastore is None:
+            if getattr(app.factory, "read_only", False):
+                self._private = tempfile.TemporaryDirectory(prefix="devs-views-")
+                datastore = private_datastore(Path(self._private.name) / "views.db")
+            else:
+                datastore = app.factory.datastore
+        self.datastore = datastore
         self.projections: dict[str, ReadModelProjection[Any]] = {}
         self.views: dict[str, SQLiteView] = {}
         for projection_class, view_class in SQLITE:
@@ -81,8 +152,13 @@ class SQLiteReadModels:
         self._drop_legacy_tables(self.views[SQLiteTasksView.name])
         for view in self.views.values():
             view.setup()
+        self.unreadable = UnreadableEvents(datastore)
+        self.unreadable.setup()
         self._positions: dict[str, int] = {}
         self._handlers: dict[tuple[str, type[Any]], Handler | None] = {}
+        self._skipped: dict[int, Unreadable] = {}
+        self._blocked: dict[str, Unreadable] = {}
+        self._load_unreadable()
 
     def _drop_legacy_tables(self, tasks: SQLiteView) -> None:
         """The first open by this version drops the old document views (and
@@ -124,12 +200,16 @@ class SQLiteReadModels:
         known = self._positions
         if all(known.get(name, -1) >= last for name in selected):
             return last
+        repaired = False
         for _ in range(MAX_CONFLICTS):
             try:
                 self._catch_up_to(last, selected, progress)
-            except (IntegrityError, OperationalError):
-                # A lock held too long, or a lost race: re-read and go on.
+            except (IntegrityError, OperationalError) as error:
+                # A lock held too long, or a lost race: re-read and go on. A
+                # view table dropped by hand: remake the view (once) and refill.
                 self._positions = {}
+                if _missing_table(error) and not repaired:
+                    repaired = self.repair()
                 continue
             return last
         msg = "read models could not catch up: too many concurrent updates"
@@ -149,17 +229,16 @@ class SQLiteReadModels:
             )
             if not notifications:
                 break
-            page = [(self.app.mapper.to_domain_event(n), n.id) for n in notifications]
+            page = self._decode(notifications)
             for name in names:
                 view, projection = self.views[name], self.projections[name]
-                todo = [(e, i) for e, i in page if i > positions[name]]
-                if not todo:
+                if positions[name] >= notifications[-1].id:
                     continue
-                end = Tracking(view.tracking_name, todo[-1][1])
+                end = Tracking(view.tracking_name, notifications[-1].id)
                 with view.batch(end) as current:
-                    for domain_event, notification_id in todo:
-                        if notification_id <= current:
-                            continue  # another catch-up folded it meanwhile
+                    for domain_event, notification_id in page:
+                        if notification_id <= max(current, positions[name]):
+                            continue  # folded before, maybe by another catch-up
                         handler = self._handler(name, type(domain_event))
                         if handler is not None:
                             tracking = Tracking(view.tracking_name, notification_id)
@@ -169,6 +248,45 @@ class SQLiteReadModels:
             if progress is not None:
                 progress(start, last)
         self._positions = positions
+        self._load_unreadable()
+
+    def _decode(self, notifications: Sequence[Notification]) -> list[tuple[Any, int]]:
+        """The page's domain events; undecodable ones are recorded and left out."""
+        page: list[tuple[Any, int]] = []
+        found: list[Unreadable] = []
+        for notification in notifications:
+            if notification.id in self._skipped:
+                continue
+            try:
+                page.append(
+                    (self.app.mapper.to_domain_event(notification), notification.id)
+                )
+            except Exception as error:  # whatever a foreign mapper raises
+                problem = (
+                    str(error) if isinstance(error, UnreadableEvent) else repr(error)
+                )
+                found.append(
+                    Unreadable(
+                        position=notification.id,
+                        originator_id=str(notification.originator_id),
+                        originator_version=notification.originator_version,
+                        topic=notification.topic[:200],
+                        problem=redact(" ".join(problem.split())[:300]),
+                    )
+                )
+        if found:
+            for event in found:
+                logger.error("read models skip it: %s", event.describe())
+                self._skipped[event.position] = event
+            self.unreadable.record(found)
+        return page
+
+    def _load_unreadable(self) -> None:
+        events = self.unreadable.all()
+        self._skipped = {event.position: event for event in events}
+        self._blocked = {}
+        for event in events:
+            self._blocked.setdefault(event.originator_id, event)
 
     def _handler(self, name: str, event_class: type[Any]) -> Handler | None:
         key = (name, event_class)
@@ -179,11 +297,32 @@ class SQLiteReadModels:
             self._handlers[key] = handler
             return handler
 
+    def repair(self) -> bool:
+        """Remake every view missing a table (it refills on the next catch-up).
+
+        Returns whether any was remade.
+        """
+        remade = [name for name, view in self.views.items() if view.ensure_tables()]
+        for name in remade:
+            logger.warning(
+                "read model %r had lost a table: remade empty, refilled from the log",
+                name,
+            )
+        if remade:
+            self._positions = {}
+        return bool(remade)
+
+    # ------------------------------------------------------ rebuild and verify
+
     def rebuild(
         self,
         names: Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
+        """Fold the named read models from position 0 beside the stored ones,
+        then swap them in, in one transaction: until then queries (and other
+        writers) go on as before, and a rebuild that fails leaves them as they
+        were."""
         selected = list(names) if names is not None else list(self.views)
         unknown = [name for name in selected if name not in self.views]
         if unknown:
@@ -192,13 +331,168 @@ class SQLiteReadModels:
                 f"known: {', '.join(self.views)}"
             )
             raise InvalidInput(msg)
-        for name in selected:
-            self.views[name].clear()
+        last = self.app.recorder.max_notification_id() or 0
+        with tempfile.TemporaryDirectory(prefix="devs-rebuild-") as directory:
+            path = Path(directory) / "views.db"
+            beside = self._beside(path)
+            try:
+                beside.catch_up_to(last, selected, progress)
+                found = beside.unreadable.all()
+            finally:
+                beside.close()
+            self.repair()
+            self._swap_in(path, selected, last, found)
         self._positions = {}
-        return self.catch_up(selected, progress)
+        self._load_unreadable()
+        return self.catch_up(selected)
+
+    def _beside(self, path: Path) -> SQLiteReadModels:
+        """Fresh read models of the same log in another file."""
+        return SQLiteReadModels(self.app, datastore=private_datastore(path))
+
+    def _swap_in(
+        self, path: Path, names: Sequence[str], last: int, found: list[Unreadable]
+    ) -> None:
+        """Replace the named views' rows and positions with those in ``path``."""
+        with self.datastore.get_connection(commit=True) as connection:
+            swap = connection.cursor()
+            try:
+                swap.execute("ATTACH DATABASE ? AS beside", (str(path),))
+                swap.execute("BEGIN IMMEDIATE")
+                try:
+                    for name in names:
+                        self._copy_view(swap, self.views[name])
+                    self.unreadable.replace_up_to(last, found, swap)
+                except BaseException:
+                    connection.rollback()
+                    raise
+                connection.commit()
+            except sqlite3.Error as error:
+                raise persistence_error(error) from error
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    swap.execute("DETACH DATABASE beside")
+                swap.sqlite_cursor.close()
+        for name in names:
+            self.views[name].forget()
+
+    @staticmethod
+    def _copy_view(swap: SQLiteCursor, view: SQLiteView) -> None:
+        for table in view.tables:
+            swap.execute(f"DELETE FROM main.{table}")
+            swap.execute(f"INSERT INTO main.{table} SELECT * FROM beside.{table}")
+        swap.execute(
+            "DELETE FROM main.tracking WHERE application_name = ?",
+            (view.tracking_name,),
+        )
+        swap.execute(
+            "INSERT INTO main.tracking SELECT * FROM beside.tracking "
+            "WHERE application_name = ?",
+            (view.tracking_name,),
+        )
+
+    def verify(
+        self, progress: Callable[[int, int], None] | None = None
+    ) -> Verification:
+        """Compare every stored view with a fold of the log to its position.
+
+        The stored views are read in one transaction (they are not caught up
+        first: nothing is written); each is compared with the same read model
+        folded from position 0 in a private file up to the stored position.
+        The rest of the log is then read too, so that every event that cannot
+        be decoded is reported by its log position.
+        """
+        last = self.app.recorder.max_notification_id() or 0
+        problems: list[str] = []
+        stored = self._stored_rows()
+        with tempfile.TemporaryDirectory(prefix="devs-verify-") as directory:
+            beside = self._beside(Path(directory) / "views.db")
+            try:
+                compared: list[str] = []
+                ordered = sorted(self.views, key=lambda name: stored[name][0])
+                for name in ordered:
+                    position, rows = stored[name]
+                    if position > last:
+                        problems.append(
+                            f"read model {name!r} is at position {position}, past "
+                            f"the end of the log ({last}): what is recorded next "
+                            "would not be folded into it; rebuild it"
+                        )
+                        continue
+                    pending = [n for n in ordered if n not in compared]
+                    beside.catch_up_to(position, pending, progress)
+                    compared.append(name)
+                    expected = beside._stored_rows([name], own=True)[name][1]
+                    problems.extend(_differences(name, position, rows, expected))
+                beside.catch_up_to(last, list(self.views), progress)
+                problems.extend(event.describe() for event in beside.unreadable.all())
+            finally:
+                beside.close()
+        return Verification(
+            ok=not problems,
+            problems=[redact(problem) for problem in problems],
+            position=last,
+            read_models=self.names,
+            positions={name: stored[name][0] for name in self.names},
+        )
+
+    def _stored_rows(
+        self, names: Sequence[str] | None = None, *, own: bool = False
+    ) -> dict[str, tuple[int, dict[str, Counter[tuple[Any, ...]] | None]]]:
+        """Each view's position and rows (``None`` for a missing table), all
+        read in one transaction: those of the application's database file, or
+        (``own``) of this object's datastore, which differs when the file is
+        read-only."""
+        datastore = self.datastore
+        if not own and self._private is not None:
+            datastore = self._file_datastore
+        found: dict[str, tuple[int, dict[str, Counter[tuple[Any, ...]] | None]]] = {}
+        with datastore.transaction(commit=False) as cursor:
+            cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            existing = {row[0] for row in cursor.fetchall()}
+            for name in names if names is not None else self.views:
+                view = self.views[name]
+                cursor.execute(
+                    "SELECT notification_id FROM tracking WHERE application_name = ?",
+                    (view.tracking_name,),
+                )
+                row = cursor.fetchone()
+                tables: dict[str, Counter[tuple[Any, ...]] | None] = {}
+                for table in view.tables:
+                    if table not in existing:
+                        tables[table] = None
+                        continue
+                    cursor.execute(f"SELECT * FROM {table}")
+                    tables[table] = Counter(tuple(r) for r in cursor.fetchall())
+                found[name] = (row[0] if row else 0, tables)
+        return found
 
     def close(self) -> None:
-        """The views share the application's datastore: nothing of their own."""
+        """Close the connections of a datastore of its own (a private one)."""
+        if self.datastore is not self._file_datastore:
+            self.datastore.pool.close()
+        if self._private is not None:
+            self._private.cleanup()
+            self._private = None
+
+    # --------------------------------------------------------- unreadable events
+
+    def _readable(self, originator_id: str) -> None:
+        """Refuse to answer for a task (or run) one of whose events was skipped."""
+        event = self._blocked.get(originator_id)
+        if event is not None:
+            msg = (
+                f"{originator_id!r} cannot be shown: its "
+                f"{event.describe()}; other tasks are unaffected "
+                "(devs verify lists every such event)"
+            )
+            raise UnreadableEvent(
+                msg,
+                originator_id=event.originator_id,
+                originator_version=event.originator_version,
+                topic=event.topic,
+                position=event.position,
+            )
 
     # ----------------------------------------------------------------- queries
 
@@ -211,15 +505,20 @@ class SQLiteReadModels:
     def _view(self, view_class: type[Any]) -> Any:
         return self.views[view_class.name]
 
+    @_repairing
     def task_entry(self, task_id: str) -> TaskIndexEntry | None:
+        self._readable(Task.create_id(task_id))
         return self._tasks.task_entry(task_id)
 
+    @_repairing
     def task_entries(
         self, *, state: str | None = None, run_id: str | None = None
     ) -> list[TaskIndexEntry]:
         return self._tasks.task_entries(state=state, run_id=run_id)
 
+    @_repairing
     def gate_status(self, task_id: str) -> GateStatus | None:
+        self._readable(Task.create_id(task_id))
         task = self._tasks.task_row(task_id)
         if task is None:
             return None
@@ -242,32 +541,78 @@ class SQLiteReadModels:
             updated_at=task["updated_at"],
         )
 
+    @_repairing
     def failure_report(self, task_id: str) -> FailureReport | None:
+        self._readable(Task.create_id(task_id))
         found: FailureReport | None = self._view(SQLiteTaskFailuresView).failure_report(
             task_id
         )
         return found
 
+    @_repairing
     def lessons(self, task_id: str) -> list[Lesson]:
+        self._readable(Task.create_id(task_id))
         found: list[Lesson] = self._view(SQLiteLessonsView).lessons(task_id)
         return found
 
+    @_repairing
     def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        self._readable(Task.create_id(task_id))
         found: tuple[str, ...] = self._view(SQLiteLessonsView).lesson_strategies(
             task_id
         )
         return found
 
+    @_repairing
     def pending_sessions(self) -> list[PendingSession]:
         found: list[PendingSession] = self._view(
             SQLiteHumanSessionsView
         ).pending_sessions()
         return found
 
+    @_repairing
     def handoff_queue(self) -> list[HandoffEntry]:
         found: list[HandoffEntry] = self._view(SQLiteHandoffQueueView).handoff_queue()
         return found
 
+    @_repairing
     def run_state(self, run_id: str) -> RunState | None:
+        self._readable(Run.create_id(run_id))
         found: RunState | None = self._view(SQLiteRunsView).run_state(run_id)
         return found
+
+
+def _differences(
+    name: str,
+    position: int,
+    stored: dict[str, Counter[tuple[Any, ...]] | None],
+    expected: dict[str, Counter[tuple[Any, ...]] | None],
+) -> list[str]:
+    """One line per table of read model ``name`` that differs from the fold."""
+    problems: list[str] = []
+    for table, rows in stored.items():
+        if rows is None:
+            problems.append(
+                f"read model {name!r}: table {table} is missing (the next query "
+                "remakes it and refills it from the log)"
+            )
+            continue
+        want = expected[table] or Counter()
+        missing, extra = want - rows, rows - want
+        if not missing and not extra:
+            continue
+        examples = [
+            f"{'missing' if row in missing else 'unexpected'} {_brief(row)}"
+            for row in [*missing, *extra][:MAX_EXAMPLES]
+        ]
+        problems.append(
+            f"read model {name!r}, table {table}: {missing.total()} row(s) of "
+            f"the log missing, {extra.total()} row(s) not from the log, at "
+            f"position {position} (e.g. {'; '.join(examples)}); rebuild it"
+        )
+    return problems
+
+
+def _brief(row: tuple[Any, ...]) -> str:
+    text = ", ".join(repr(value) for value in row[:3])
+    return f"({text[:100]}{', …' if len(row) > 3 or len(text) > 100 else ''})"

@@ -1,7 +1,8 @@
-"""``devs projections rebuild``, ``devs diagram`` and ``devs demo``."""
+"""``devs projections rebuild``, ``devs verify``, ``devs diagram`` and ``devs demo``."""
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,9 +14,11 @@ from devs.adapters.cli.base import (
     Context,
     ExitCode,
     cli,
+    emit_json,
     err,
     fail,
     handles_errors,
+    json_option,
     pass_context,
     plain,
 )
@@ -43,6 +46,47 @@ def projections_rebuild(ctx: Context, names: Sequence[str]) -> None:
         position = ctx.app.rebuild_projections(list(names) or None, progress=advance)
     which = ", ".join(names) if names else "all projections"
     plain(f"rebuilt {which} up to position {position}")
+
+
+@cli.command()
+@json_option
+@pass_context
+@handles_errors
+def verify(ctx: Context, as_json: bool) -> None:
+    """Check the store: every read model against the log, every event decodable.
+
+    Writes nothing. Exits 0 when all is well, 1 when it found problems (one
+    line each); `devs projections rebuild` repairs the read models.
+    """
+    with Progress(console=err, transient=True) as progress:
+        bar = progress.add_task("verifying", total=None)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(bar, completed=done, total=total)
+
+        report = ctx.app.verify(progress=advance)
+    if as_json:
+        emit_json(report)
+    elif report.ok:
+        read = min(report.positions.values(), default=report.position)
+        if read >= report.position:
+            how_far = f"up to position {report.position}"
+        else:
+            how_far = (
+                f"as far as they have read it (position {read} of "
+                f"{report.position}; the next query reads the rest)"
+            )
+        plain(
+            f"ok: {len(report.read_models)} read models match the log {how_far}; "
+            "every event decodes"
+        )
+    else:
+        count = len(report.problems)
+        plain(f"{count} problem(s), log up to position {report.position}:")
+        for problem in report.problems:
+            plain(f"- {problem}")
+    if not report.ok:
+        sys.exit(int(ExitCode.RETRY))
 
 
 @cli.command()

@@ -159,12 +159,36 @@ def task_show(ctx: Context, task_id: str, as_json: bool) -> None:
 @click.option(
     "--at", "at_version", type=int, default=None, help="Stop at this version."
 )
+@click.option(
+    "--after",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Start after this version (page through a long history).",
+)
+@click.option(
+    "--limit",
+    type=int,
+    default=None,
+    help="Show at most this many events (default: all).",
+)
 @json_option
 @pass_context
 @handles_errors
-def history(ctx: Context, task_id: str, at_version: int | None, as_json: bool) -> None:
-    """The audited history of TASK_ID, replayed event by event."""
-    entries = ctx.app.history(task_id)
+def history(
+    ctx: Context,
+    task_id: str,
+    at_version: int | None,
+    after: int,
+    limit: int | None,
+    as_json: bool,
+) -> None:
+    """The audited history of TASK_ID, replayed event by event.
+
+    A long history can be read a page at a time: --after N --limit M shows
+    events N+1 to N+M, reading only those.
+    """
+    entries = ctx.app.history(task_id, after=after, limit=limit)
     if at_version is not None:
         summary = ctx.app.state_at(task_id, at_version)
         entries = [e for e in entries if e.version <= at_version]

@@ -200,6 +200,11 @@ def test_json_outputs_parse(devs: Devs) -> None:
     at = devs.json("history", "t1", "--at", "2")
     assert at["state"]["state"] == "RUNNING"
     assert len(at["history"]) == 2
+    page = devs.json("history", "t1", "--after", "1", "--limit", "2")
+    assert page == history[1:3]
+    assert devs.json("history", "t1", "--after", str(len(history))) == []
+    lines = devs("history", "t1", "--after", "2", "--limit", "1").stdout.splitlines()
+    assert len(lines) == 1
     assert devs.json("handoffs") == []
     resumed = devs.json("resume", "t1")
     assert resumed["actor"]
@@ -334,6 +339,31 @@ def test_a_damaged_database_is_one_line_and_exit_9(
         assert result.returncode == STORE
         assert_one_line_error(result, "damaged or not a devs-recovery database")
     assert db.read_bytes() == content  # nothing written
+
+
+def test_verify_exits_0_when_ok_and_1_with_problems(devs: Devs) -> None:
+    devs("task", "start", "t1")
+    devs("lesson", "t1", "patch the regex", "it cannot nest")
+    behind = devs("verify").stdout  # no query has read the lesson yet
+    assert behind.startswith("ok: 7 read models match the log as far as they")
+    assert "(position 0 of 2; the next query reads the rest)" in behind
+    devs("lessons", "t1")
+    ok = devs("verify")
+    assert ok.stdout.startswith("ok: 7 read models match the log up to position 2")
+    with sqlite3.connect(devs.db) as connection:
+        connection.execute("DELETE FROM lessons_learned")
+    found = devs("verify", code=RETRY)
+    lines = found.stdout.splitlines()
+    assert lines[0] == "1 problem(s), log up to position 2:"
+    assert lines[1].startswith(
+        "- read model 'lessons_learned', table lessons_learned: 1 row(s) of the log "
+        "missing"
+    )
+    report = devs.json("verify", code=RETRY)
+    assert report["ok"] is False
+    assert len(report["problems"]) == 1
+    devs("projections", "rebuild")
+    assert devs.json("verify")["ok"] is True
 
 
 def test_usage_errors(devs: Devs) -> None:

@@ -11,6 +11,7 @@ from devs.domain import (
     AlreadyExists,
     IllegalTransition,
     InvalidInput,
+    Policy,
     RecoveryService,
     UnknownRun,
     UnknownTask,
@@ -140,6 +141,45 @@ def test_history_replays_every_event_with_the_state_after_it(
         ("Escalated", TaskState.ESCALATION, 3),
     ]
     assert history[2].changes["failure"]["error_message"] == "boom"
+
+
+def test_history_pages_read_only_their_page(db_path: Path) -> None:
+    patient = Policy(escalation_threshold=1_000, handoff_threshold=1_000)
+    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}, policy=patient) as app:
+        app.start_task("long")
+        for i in range(449):
+            app.record_gate("long", 1, error=f"e{i}")
+        whole = app.history("long")
+        assert len(whole) == 450
+        recorder = app.events.recorder
+        real = recorder.select_events
+        read: list[int] = []
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            found = real(*args, **kwargs)
+            read.append(len(found))
+            return found
+
+        recorder.select_events = counting  # type: ignore[method-assign]
+        pages = [
+            app.history("long", after=after, limit=100) for after in range(0, 500, 100)
+        ]
+        assert [len(page) for page in pages] == [100, 100, 100, 100, 50]
+        assert [entry for page in pages for entry in page] == whole
+        # each page: at most a snapshot's worth of events to rebuild the task
+        # at version `after` (snapshots every 200), then the page itself
+        assert max(read) <= 200
+        read.clear()
+        assert app.history("long", after=440, limit=5) == whole[440:445]
+        assert sum(read) <= 1 + 40 + 5  # snapshot at 400, events 401-440, page
+        assert app.history("long", after=450) == []
+        assert app.history("long", after=10_000) == []
+        with pytest.raises(UnknownTask):
+            app.history("nope", after=3)
+        with pytest.raises(InvalidInput, match="after must be a non-negative"):
+            app.history("long", after=-1)
+        with pytest.raises(InvalidInput, match=r"limit must be an integer in \[1,"):
+            app.history("long", limit=0)
 
 
 def test_state_at_any_version(service: RecoveryService) -> None:

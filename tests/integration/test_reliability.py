@@ -94,6 +94,9 @@ def test_kill_9_under_load_loses_no_acknowledged_decision(tmp_path: Path) -> Non
             # between the commit and the print.
             assert app.task(name).consecutive_failures in (count, count + 1)
         before = read_models(app, names)
+        app.catch_up()
+        report = app.verify()  # every stored row equals a fold of the log
+        assert report.ok, report.problems
         app.rebuild_projections()
         assert read_models(app, names) == before
 
