@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import sqlite3
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -107,10 +109,23 @@ class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
             self.is_journal_mode_wal = True  # as it is; never switched here
 
     def _create_connection(self) -> es_sqlite.SQLiteConnection:
-        try:
-            return super()._create_connection()
-        except sqlite3.Error as error:  # e.g. "file is not a database"
-            raise DatabaseError(error) from error
+        """A new connection; a lock met while switching a new file to WAL is
+        waited out (up to the lock timeout).
+
+        The switch holds a shared lock while it asks for an exclusive one, so
+        SQLite reports "database is locked" at once, without its busy wait,
+        when processes open a new file together.
+        """
+        deadline = time.monotonic() + (self.lock_timeout or 5)
+        while True:
+            try:
+                return super()._create_connection()
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise DatabaseError(error) from error
+                time.sleep(random.uniform(0.005, 0.05))
+            except sqlite3.Error as error:  # e.g. "file is not a database"
+                raise DatabaseError(error) from error
 
 
 def read_only_uri(path: str) -> str | None:

@@ -10,10 +10,11 @@ from pathlib import Path
 from unittest import skip
 
 import pytest
+from eventsourcing import sqlite as es_sqlite
 from eventsourcing.tests import persistence as contract
 
 from devs.adapters.persistence import OrjsonTranscoder, SnapshotRecorder
-from devs.domain import Policy, RecoveryService
+from devs.domain import Policy, RecoveryService, StoreError
 from devs.domain.task import Task
 
 
@@ -263,3 +264,33 @@ def test_snapshots_equal_a_replay_of_the_log(
         assert any(version % 3 for version in versions)  # past a due version
     finally:
         app.close()
+
+
+def test_a_lock_met_while_opening_is_waited_out(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Switching a new file to WAL reports "database is locked" at once (no
+    busy wait) when another process holds a lock; opening tries again."""
+    original = es_sqlite.SQLiteConnectionPool._create_connection
+    refusals = [sqlite3.OperationalError("database is locked")] * 2
+
+    def contended(pool: es_sqlite.SQLiteConnectionPool) -> es_sqlite.SQLiteConnection:
+        if refusals:
+            raise refusals.pop()
+        return original(pool)
+
+    monkeypatch.setattr(es_sqlite.SQLiteConnectionPool, "_create_connection", contended)
+    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as app:
+        app.start_task("t1")
+    assert refusals == []
+
+
+def test_a_lock_held_past_the_timeout_is_a_store_error(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def locked(pool: es_sqlite.SQLiteConnectionPool) -> es_sqlite.SQLiteConnection:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(es_sqlite.SQLiteConnectionPool, "_create_connection", locked)
+    with pytest.raises(StoreError, match="stayed locked by another process"):
+        RecoveryService(env={"SQLITE_DBNAME": str(db_path), "SQLITE_LOCK_TIMEOUT": "1"})
