@@ -151,3 +151,36 @@ def test_a_stale_cached_run_still_reacts(db_path: Path) -> None:
         second.record_gate("b", 1)  # b escalates: the stored run is paused by b
         first.record_gate("a", 1)  # first's run is stale again; a escalates too
         assert sorted(second.run_state("r").paused_by) == ["a", "b"]
+
+
+def test_a_command_lets_go_of_its_locks_however_it_ends(
+    service: RecoveryService, other: RecoveryService
+) -> None:
+    """Locks held while the answer is built are released after it, and after
+    a refusal, a stale cache retried, or an answer that fails."""
+    service.start_run("r", {"t1": []})
+    service.start_task("t1", run_id="r")
+    locks = (service._locks.task("t1"), service._locks.run_lock("r"))
+
+    with service._command("t1", lambda task: task.begin_attempt("a")) as decided:
+        _, task, run = decided
+        assert all(lock.locked() for lock in locks)
+        assert run is not None
+        assert task.current_strategy == "a"
+    assert not any(lock.locked() for lock in locks)
+
+    other.record_gate("t1", 1)  # the cached task is now stale: decided again
+    assert service.record_gate("t1", 1).consecutive_failures == 2
+    assert not any(lock.locked() for lock in locks)
+
+    with (
+        pytest.raises(RuntimeError, match="the answer"),
+        service._command("t1", lambda task: task.begin_attempt("b")),
+    ):
+        raise RuntimeError("the answer could not be built")
+    assert not any(lock.locked() for lock in locks)
+
+    other.record_gate("t1", 0)  # COMPLETED: no gate is taken any more
+    with pytest.raises(IllegalTransition):
+        service.record_gate("t1", 1)
+    assert not any(lock.locked() for lock in locks)
