@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 
 from devs.domain.model import Immutable
@@ -28,9 +29,19 @@ def evaluate(exit_code: int | None) -> GateResult:
     """
     # REQ: 3_MCP-TAS-041
     if exit_code is None:
-        return GateResult(passed=False, reason=GateFailureReason.PROCESS_KILLED)
+        return _KILLED
     if exit_code == 0:
-        return GateResult(passed=True, exit_code=0)
+        return _PASSED
+    return _failed(exit_code)
+
+
+# Results are immutable, so each is built once: a decision need not validate one.
+_KILLED = GateResult(passed=False, reason=GateFailureReason.PROCESS_KILLED)
+_PASSED = GateResult(passed=True, exit_code=0)
+
+
+@functools.lru_cache(maxsize=256)
+def _failed(exit_code: int) -> GateResult:
     return GateResult(
         passed=False, reason=GateFailureReason.NON_ZERO_EXIT, exit_code=exit_code
     )

@@ -7,7 +7,7 @@ import logging
 from hypothesis import given
 from hypothesis import strategies as st
 
-from devs.domain.gate import GateFailureReason, evaluate
+from devs.domain.gate import GateFailureReason, GateResult, evaluate
 
 
 def test_exit_code_zero_passes() -> None:
@@ -38,6 +38,21 @@ def test_every_non_zero_code_fails_non_zero_exit(code: int) -> None:
         GateFailureReason.NON_ZERO_EXIT,
         code,
     )
+
+
+@given(st.one_of(st.none(), st.integers()))
+def test_a_shared_result_equals_the_one_its_code_describes(code: int | None) -> None:
+    """Results are built once per code and shared; each is what it always was."""
+    if code is None:
+        expected = GateResult(passed=False, reason=GateFailureReason.PROCESS_KILLED)
+    elif code == 0:
+        expected = GateResult(passed=True, exit_code=0)
+    else:
+        expected = GateResult(
+            passed=False, reason=GateFailureReason.NON_ZERO_EXIT, exit_code=code
+        )
+    assert evaluate(code) == expected
+    assert evaluate(code) == expected  # and again, from the cache
 
 
 class _Collect(logging.Handler):

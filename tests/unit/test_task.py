@@ -354,6 +354,30 @@ def test_replay_reaches_the_same_state() -> None:
     assert rebuilt.lessons == task.lessons
 
 
+def test_gate_events_are_those_of_their_event_methods() -> None:
+    """record_gate triggers its events directly: the same classes, fields and
+    state as the @event methods (_fail_gate, _pass_gate) give."""
+    direct, through_methods = new_task(), new_task()
+    fail(direct)
+    failure = direct.failures[-1]
+    through_methods._fail_gate(failure=failure, consecutive_failures=1)
+    direct.record_gate(
+        evaluate(0), gate="tests", strategy=None, error=None, output=None
+    )
+    through_methods._pass_gate(gate="tests", strategy=None)
+    for ours, theirs in zip(
+        direct.pending_events, through_methods.pending_events, strict=True
+    ):
+        assert type(ours) is type(theirs)
+        assert isinstance(ours, BaseModel)
+        assert isinstance(theirs, BaseModel)
+        assert ours.model_dump(exclude={"timestamp"}) == theirs.model_dump(
+            exclude={"timestamp"}
+        )
+    assert event_names(direct)[1:] == ["GateFailed", "GatePassed"]
+    assert replay(direct).state == direct.state == through_methods.state
+
+
 def test_events_fold_to_the_aggregate_state_through_their_trigger() -> None:
     """Read models fold ``state_after`` of each event: it must agree with replay."""
     task = new_task(handoff_threshold=4)
