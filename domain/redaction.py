@@ -306,16 +306,33 @@ def redact(text: str) -> str:
     return "".join(parts)
 
 
+# Short texts secret_kind found clean: a task id is checked on every command
+# about it, and an id such as "task-7" holds a start ("sk-"), so each check
+# would try every rule. Only clean texts are kept, so no secret stays here.
+_CLEAN: dict[str, None] = {}
+_CLEAN_MAX = 4_096
+
+
 def secret_kind(text: str) -> str | None:
     """The kind of the first secret in ``text`` (a :class:`Rule`'s ``kind``).
 
     For identifiers (task ids, run ids, node names, actors), which are refused
     rather than rewritten: a redacted id would no longer name its task.
     """
+    exact = type(text) is str  # a subclass may compare equal to what it is not
+    if exact and text in _CLEAN:
+        return None
     lowered = _lowered(text)
+    short = len(text) <= _SHORT
+    if short and not _STARTS.search(lowered):
+        return None  # the quick check of _secret_spans: no rule can match
     for rule in RULES:
         if rule.pattern.search(lowered if rule.lowered else text):
             return rule.kind
+    if exact and short:
+        if len(_CLEAN) >= _CLEAN_MAX:
+            _CLEAN.clear()
+        _CLEAN[text] = None
     return None
 
 

@@ -213,6 +213,32 @@ def test_the_quick_check_never_hides_a_secret(text: str) -> None:
     assert redaction._secret_spans(text) == full
     if full:
         assert redaction._STARTS.search(text.lower())
+    lowered = redaction._lowered(text)  # as secret_kind lowers it
+    first = next(
+        (
+            rule.kind
+            for rule in RULES
+            if rule.pattern.search(lowered if rule.lowered else text)
+        ),
+        None,
+    )
+    assert secret_kind(text) == first  # secret_kind takes the quick check too
+
+
+def test_secret_kind_remembers_clean_texts_only() -> None:
+    from devs.domain import redaction
+
+    clean, (text, secret) = "task-7", SECRETS[0]
+    assert secret_kind(clean) is None
+    assert clean in redaction._CLEAN
+    assert secret_kind(clean) is None
+    kind = secret_kind(text)
+    assert kind is not None
+    assert secret_kind(text) == kind
+    assert not any(secret in remembered for remembered in redaction._CLEAN)
+    for i in range(redaction._CLEAN_MAX + 1):
+        secret_kind(f"task-{i}")
+    assert len(redaction._CLEAN) <= redaction._CLEAN_MAX
 
 
 @given(st.lists(FRAGMENTS, max_size=30).map("".join), st.sampled_from(SECRETS))
