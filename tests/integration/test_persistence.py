@@ -5,15 +5,21 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from unittest import skip
+from uuid import uuid4
 
 import pytest
 from eventsourcing import sqlite as es_sqlite
 from eventsourcing.tests import persistence as contract
 
-from devs.adapters.persistence import OrjsonTranscoder, SnapshotRecorder
+from devs.adapters.persistence import (
+    ApplicationRecorder,
+    OrjsonTranscoder,
+    SnapshotRecorder,
+)
 from devs.domain import Policy, RecoveryService, StoreError
 from devs.domain.task import Task
 
@@ -52,6 +58,46 @@ class TestOrjsonTranscoder(contract.TranscoderTestCase):
     )
     test_custom_type_error = skip(_NO_REGISTRY)(
         contract.TranscoderTestCase.test_custom_type_error
+    )
+
+
+class TestApplicationRecorder(
+    contract.ApplicationRecorderTestCase[ApplicationRecorder]
+):
+    """eventsourcing's application recorder contract for ours, whose
+    ``insert_events`` takes the library's steps without its context managers:
+    the same rows, notification ids and ``IntegrityError``s, from many threads.
+    """
+
+    def setUp(self) -> None:
+        self.directory = tempfile.TemporaryDirectory()
+        self.datastores: list[es_sqlite.SQLiteDatastore] = []
+
+    def tearDown(self) -> None:
+        for datastore in self.datastores:
+            datastore.close()
+        self.directory.cleanup()
+
+    def new_originator_id(self) -> str:
+        return str(uuid4())
+
+    def create_recorder(self) -> ApplicationRecorder:
+        datastore = es_sqlite.SQLiteDatastore(
+            str(Path(self.directory.name) / "events.sqlite"),
+            originator_id_type="text",
+        )
+        self.datastores.append(datastore)
+        recorder = ApplicationRecorder(datastore)
+        recorder.create_table()
+        return recorder
+
+    _TIMING = "a timing, not a contract"
+
+    test_performance = skip(_TIMING)(
+        contract.ApplicationRecorderTestCase.test_performance
+    )
+    test_concurrent_throughput = skip(_TIMING)(
+        contract.ApplicationRecorderTestCase.test_concurrent_throughput
     )
 
 
