@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 from pathlib import Path
 from unittest import skip
 from uuid import uuid4
@@ -72,8 +73,13 @@ class TestApplicationRecorder(
     def setUp(self) -> None:
         self.directory = tempfile.TemporaryDirectory()
         self.datastores: list[es_sqlite.SQLiteDatastore] = []
+        self.threads = set(threading.enumerate())
 
     def tearDown(self) -> None:
+        # The concurrency case stops its reader threads without joining them:
+        # a connection closed under a reader would crash the interpreter.
+        for thread in set(threading.enumerate()) - self.threads:
+            thread.join(timeout=10)
         for datastore in self.datastores:
             datastore.close()
         self.directory.cleanup()
