@@ -51,8 +51,13 @@ class PydanticMapper(Mapper[str]):
 
     def to_stored_event(self, domain_event: DomainEventProtocol[str]) -> StoredEvent:
         topic = get_topic(domain_event.__class__)
-        event_state = cast(BaseModel, domain_event).model_dump(mode="json")
-        stored_state = self.transcoder.encode(event_state)
+        model = cast(BaseModel, domain_event)
+        if type(self.transcoder) is OrjsonTranscoder:
+            # pydantic writes the very bytes orjson writes of its JSON-mode dump
+            # (tests/integration/test_persistence.py), without the dict between.
+            stored_state = model.__pydantic_serializer__.to_json(model)
+        else:
+            stored_state = self.transcoder.encode(model.model_dump(mode="json"))
         if self.compressor:
             stored_state = self.compressor.compress(stored_state)
         if self.cipher:

@@ -12,9 +12,11 @@ from pathlib import Path
 from unittest import skip
 from uuid import uuid4
 
+import orjson
 import pytest
 from eventsourcing import sqlite as es_sqlite
 from eventsourcing.tests import persistence as contract
+from pydantic import BaseModel
 
 from devs.adapters.persistence import (
     ApplicationRecorder,
@@ -120,6 +122,43 @@ def test_events_are_stored_as_orjson_under_stable_topics(
         ("task:t1", 1, "devs:Task.Started"),
         ("task:t1", 2, "devs:Task.GateFailed"),
     ]
+
+
+def test_events_are_written_as_orjson_writes_their_json_dump(db_path: Path) -> None:
+    """The mapper has pydantic write each event's JSON: the same bytes as
+    orjson makes of its JSON-mode dump, for every kind of event and snapshot."""
+    interval = RecoveryService.snapshotting_intervals[Task]
+    policy = Policy(escalation_threshold=2, handoff_threshold=3)
+    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}, policy=policy) as app:
+        app.start_run("r", {"a": [], "b": ["a"]})
+        app.start_task("a", run_id="r", agent="coder", last_commit="c0ffee")
+        app.log_lesson("a", "regex", 'no: é \u2028 \x01 \t \\ " 🙂')
+        app.begin_attempt("a", "regex")  # blocked: paused
+        app.resume("a", actor="human", reason="go on")
+        app.begin_attempt("a", "parser")
+        app.report_entropy("a", 1 / 3)
+        app.record_gate("a", 1, gate="tests", error="assert 1 == 2", output="é")
+        app.rewind("a", actor="human", reason="back")  # after the escalation
+        app.record_gate("a", None)  # handed off
+        app.claim_handoff("a", actor="human")
+        app.resolve_handoff("a", actor="human", resolution="complete", reason="ok")
+        app.start_task("b", run_id="r")
+        app.report_entropy("b", 0.99)  # paused
+        app.skip("b", actor="human", reason="later")
+        app.start_task("c")
+        for i in range(interval):
+            app.report_entropy("c", 1e-7 * i)
+        app.record_gate("c", 0)
+        records = [
+            *app.recorder.select_notifications(start=None, limit=10_000),
+            *app.snapshots.recorder.select_events("task:c"),  # type: ignore[union-attr]
+        ]
+        topics = {record.topic for record in records}
+        assert len(topics) == 22  # every kind of event, and a task snapshot
+        for record in records:
+            domain_event = app.mapper.to_domain_event(record)
+            assert isinstance(domain_event, BaseModel)
+            assert record.state == orjson.dumps(domain_event.model_dump(mode="json"))
 
 
 def test_snapshots_are_taken_and_used(service: RecoveryService, db_path: Path) -> None:
