@@ -241,14 +241,17 @@ class TaskCommands(Application[str]):
         collected as the library would, then recorded, snapshotted and notified
         by its own steps; anything else goes to the library's ``save``.
         """
-        if not all(obj is None or isinstance(obj, Aggregate) for obj in objs):
-            return super().save(*objs, **kwargs)
+        for obj in objs:
+            if obj is not None and not isinstance(obj, Aggregate):
+                return super().save(*objs, **kwargs)
         processing_event: ProcessingEvent[str] = ProcessingEvent()
+        events, aggregates = processing_event.events, processing_event.aggregates
         for aggregate in objs:
             if aggregate is not None:
-                processing_event.events.extend(aggregate.collect_events())
-                processing_event.aggregates[aggregate.id] = aggregate
-        processing_event.saved_kwargs.update(kwargs)
+                events += aggregate.collect_events()
+                aggregates[aggregate.id] = aggregate
+        if kwargs:
+            processing_event.saved_kwargs.update(kwargs)
         recordings = self._record(processing_event)
         try:
             self._take_snapshots(processing_event)
@@ -257,7 +260,7 @@ class TaskCommands(Application[str]):
             # saves replay time; the next interval takes one again.
             logger.warning("snapshot not taken: %s", error)
         self._notify(recordings)
-        self.notify(processing_event.events)  # the library's deprecated hook
+        self.notify(events)  # the library's deprecated hook
         return recordings
 
     def _take_snapshots(self, processing_event: ProcessingEvent[str]) -> None:
@@ -274,12 +277,15 @@ class TaskCommands(Application[str]):
         if self.snapshots is None:
             return
         due: dict[str, Aggregate] = {}
+        intervals, aggregates = self.snapshotting_intervals, processing_event.aggregates
         for event in processing_event.events:
-            aggregate = processing_event.aggregates.get(event.originator_id)
-            if not isinstance(aggregate, Aggregate):
-                continue
-            interval = self.snapshotting_intervals.get(type(aggregate))
-            if interval is not None and event.originator_version % interval == 0:
+            aggregate = aggregates.get(event.originator_id)
+            interval = intervals.get(type(aggregate))
+            if (
+                interval is not None
+                and event.originator_version % interval == 0
+                and isinstance(aggregate, Aggregate)
+            ):
                 due[aggregate.id] = aggregate
         if due:
             self.snapshots.put(
