@@ -283,13 +283,33 @@ def _secret_spans(text: str, *, quick: bool = True) -> list[tuple[int, int]]:
     return spans
 
 
+# Short texts found clean (no rule matches: redact returns them as they are,
+# secret_kind finds nothing). The same ids, gate names and errors come back
+# command after command, and a task id such as "task-7" holds a start ("sk-"),
+# so each check would try every rule. Only clean texts are kept, so no secret
+# stays here; the memory is emptied when full.
+_CLEAN: dict[str, None] = {}
+_CLEAN_MAX = 4_096
+
+
+def _remember_clean(text: str) -> None:
+    if len(_CLEAN) >= _CLEAN_MAX:
+        _CLEAN.clear()
+    _CLEAN[text] = None
+
+
 def redact(text: str) -> str:
     """Return ``text`` with every secret-looking substring replaced.
 
     Idempotent, and linear in ``len(text)`` (see the module docstring).
     """
+    exact = type(text) is str  # a subclass may compare equal to what it is not
+    if exact and text in _CLEAN:
+        return text
     spans = _secret_spans(text)
     if not spans:
+        if exact and len(text) <= _SHORT:
+            _remember_clean(text)
         return text
     spans.sort()
     parts: list[str] = []
@@ -304,13 +324,6 @@ def redact(text: str) -> str:
         start, end = next_start, next_end
     parts += (text[done:start], REDACTED, text[end:])
     return "".join(parts)
-
-
-# Short texts secret_kind found clean: a task id is checked on every command
-# about it, and an id such as "task-7" holds a start ("sk-"), so each check
-# would try every rule. Only clean texts are kept, so no secret stays here.
-_CLEAN: dict[str, None] = {}
-_CLEAN_MAX = 4_096
 
 
 def secret_kind(text: str) -> str | None:
@@ -330,9 +343,7 @@ def secret_kind(text: str) -> str | None:
         if rule.pattern.search(lowered if rule.lowered else text):
             return rule.kind
     if exact and short:
-        if len(_CLEAN) >= _CLEAN_MAX:
-            _CLEAN.clear()
-        _CLEAN[text] = None
+        _remember_clean(text)
     return None
 
 

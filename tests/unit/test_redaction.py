@@ -225,20 +225,29 @@ def test_the_quick_check_never_hides_a_secret(text: str) -> None:
     assert secret_kind(text) == first  # secret_kind takes the quick check too
 
 
-def test_secret_kind_remembers_clean_texts_only() -> None:
+def test_clean_texts_only_are_remembered() -> None:
+    """redact and secret_kind remember short texts they found clean, and
+    answer the same for them from memory; a secret is never remembered."""
     from devs.domain import redaction
 
-    clean, (text, secret) = "task-7", SECRETS[0]
-    assert secret_kind(clean) is None
-    assert clean in redaction._CLEAN
-    assert secret_kind(clean) is None
-    kind = secret_kind(text)
-    assert kind is not None
-    assert secret_kind(text) == kind
-    assert not any(secret in remembered for remembered in redaction._CLEAN)
-    for i in range(redaction._CLEAN_MAX + 1):
-        secret_kind(f"task-{i}")
-    assert len(redaction._CLEAN) <= redaction._CLEAN_MAX
+    for check in (secret_kind, redact):
+        redaction._CLEAN.clear()
+        clean = "task-7 failed"  # holds a start ("sk-") but no secret
+        answer = check(clean)
+        assert clean in redaction._CLEAN
+        assert check(clean) == answer
+        for text, secret in SECRETS:
+            first = check(text)
+            assert check(text) == first
+            assert not any(secret in remembered for remembered in redaction._CLEAN)
+        long = "task-7 " * 100  # longer than _SHORT: checked, not kept
+        check(long)
+        assert long not in redaction._CLEAN
+        for i in range(redaction._CLEAN_MAX + 1):
+            check(f"task-{i}")
+        assert len(redaction._CLEAN) <= redaction._CLEAN_MAX
+    assert secret_kind("task-7 failed") is None
+    assert redact("task-7 failed") == "task-7 failed"
 
 
 @given(st.lists(FRAGMENTS, max_size=30).map("".join), st.sampled_from(SECRETS))
