@@ -40,6 +40,7 @@ text.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from typing import NamedTuple
@@ -349,7 +350,16 @@ def secret_kind(text: str) -> str | None:
 
 def error_hash(redacted_output: str) -> str:
     """SHA-256 hex digest of an output that :func:`redact` has already cleaned."""
-    return hashlib.sha256(redacted_output.encode("utf-8", "surrogatepass")).hexdigest()
+    if len(redacted_output) <= _SHORT and type(redacted_output) is str:
+        return _short_error_hash(redacted_output)  # the same error, again and again
+    return _sha256(redacted_output)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_short_error_hash = functools.lru_cache(maxsize=1_024)(_sha256)
 
 
 def excerpt(text: str, limit: int) -> str:

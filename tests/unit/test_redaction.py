@@ -265,6 +265,14 @@ def test_error_hash_is_sha256_hex() -> None:
     assert all(c in "0123456789abcdef" for c in digest)
 
 
+@given(st.one_of(st.text(max_size=600), st.sampled_from(["", "x" * 513])))
+def test_error_hash_of_any_text_is_its_sha256(text: str) -> None:
+    """Short texts' hashes are remembered: the same digest, first time or not."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    assert error_hash(text) == digest
+    assert error_hash(text) == digest
+
+
 def test_error_hash_survives_lone_surrogates() -> None:
     assert len(error_hash("bad \ud800 byte")) == 64
 
