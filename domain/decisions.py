@@ -167,19 +167,21 @@ def gate_decision(
     else:
         outcome = STATE_OUTCOMES[task.state]
     last_failure = task.failures[-1] if not result.passed else None
-    return GateDecision(
-        task_id=task.task_id,
-        gate=gate,
-        passed=result.passed,
-        reason=result.reason,
-        exit_code=result.exit_code,
-        outcome=outcome,
-        state=task.state,
-        consecutive_failures=task.consecutive_failures,
-        next_node=next_node if result.passed else None,
-        session_id=task.pending_session_id,
-        report=task.report() if outcome is Outcome.ESCALATE else None,
-        error_hash=last_failure.error_hash if last_failure else None,
+    return GateDecision.of(
+        {
+            "task_id": task.task_id,
+            "gate": gate,
+            "passed": result.passed,
+            "reason": result.reason,
+            "exit_code": result.exit_code,
+            "outcome": outcome,
+            "state": task.state,
+            "consecutive_failures": task.consecutive_failures,
+            "next_node": next_node if result.passed else None,
+            "session_id": task.pending_session_id,
+            "report": task.report() if outcome is Outcome.ESCALATE else None,
+            "error_hash": last_failure.error_hash if last_failure else None,
+        }
     )
 
 

@@ -29,6 +29,14 @@ class Immutable(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @classmethod
+    def of(cls, fields: dict[str, Any]) -> Self:
+        """``cls(**fields)``: pydantic validates the dict as it is, without the
+        keyword arguments in between (as ``model_validate`` does, with less
+        around it). For the values every decision builds."""
+        built: Self = cls.__pydantic_validator__.validate_python(fields)
+        return built
+
 
 class Value(Immutable):
     """An immutable value held in aggregate state (scalars, tuples, values)."""

@@ -343,16 +343,18 @@ class Task(Aggregate):
         clean_error = redact(error) if error else ""
         if not clean_error:
             clean_error = _describe_failure(result)
-        failure = FailureRecord(
-            kind="gate",
-            gate=gate,
-            strategy=redact(strategy) if strategy else self.current_strategy,
-            reason=str(result.reason),
-            exit_code=result.exit_code,
-            error_message=excerpt(clean_error, ERROR_MESSAGE_LIMIT),
-            output_excerpt=excerpt(clean_output, OUTPUT_EXCERPT_LIMIT),
-            error_hash=error_hash(clean_output or clean_error),
-            at=datetime_now_with_tzinfo(),
+        failure = FailureRecord.of(
+            {
+                "kind": "gate",
+                "gate": gate,
+                "strategy": redact(strategy) if strategy else self.current_strategy,
+                "reason": str(result.reason),
+                "exit_code": result.exit_code,
+                "error_message": excerpt(clean_error, ERROR_MESSAGE_LIMIT),
+                "output_excerpt": excerpt(clean_output, OUTPUT_EXCERPT_LIMIT),
+                "error_hash": error_hash(clean_output or clean_error),
+                "at": datetime_now_with_tzinfo(),
+            }
         )
         self.trigger_event(
             Task.GateFailed,

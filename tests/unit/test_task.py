@@ -9,7 +9,7 @@ import hashlib
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from devs.domain.chart import TaskState
 from devs.domain.errors import IllegalTransition, InvalidInput
@@ -19,6 +19,7 @@ from devs.domain.policy import Policy
 from devs.domain.task import (
     BLACKLISTED_STRATEGY,
     MAX_LESSONS_PER_TASK,
+    FailureRecord,
     Task,
     TaskEvent,
 )
@@ -376,6 +377,27 @@ def test_gate_events_are_those_of_their_event_methods() -> None:
         )
     assert event_names(direct)[1:] == ["GateFailed", "GatePassed"]
     assert replay(direct).state == direct.state == through_methods.state
+
+
+def test_values_built_from_a_dict_are_those_the_constructor_builds() -> None:
+    fields: dict[str, Any] = {
+        "kind": "gate",
+        "gate": "tests",
+        "reason": "NON_ZERO_EXIT",
+        "exit_code": 1,
+        "error_hash": "0" * 64,
+        "at": "2024-01-01T00:00:00+00:00",
+    }
+    built = FailureRecord.of(fields)
+    assert type(built) is FailureRecord
+    assert built == FailureRecord(**fields)
+    assert built.model_fields_set == set(fields)
+    for bad in ({**fields, "exit_code": "x"}, {**fields, "extra": 1}, {"kind": "x"}):
+        with pytest.raises(ValidationError) as via_of:
+            FailureRecord.of(bad)
+        with pytest.raises(ValidationError) as via_init:
+            FailureRecord(**bad)
+        assert via_of.value.errors() == via_init.value.errors()
 
 
 def test_events_fold_to_the_aggregate_state_through_their_trigger() -> None:
