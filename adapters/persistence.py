@@ -31,9 +31,10 @@ from eventsourcing.persistence import (
     Transcoder,
 )
 from eventsourcing.utils import get_topic, resolve_topic
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from devs.domain.errors import UnreadableEvent
+from devs.domain.redaction import redact
 
 
 class OrjsonTranscoder(Transcoder):
@@ -86,8 +87,20 @@ class PydanticMapper(Mapper[str]):
 
 
 def unreadable(stored_event: StoredEvent, error: Exception) -> UnreadableEvent:
-    """Say which stored event cannot be decoded, and why, in one line."""
-    reason = " ".join(str(error).split())[:200] or type(error).__name__
+    """Say which stored event cannot be decoded, and why, in one line.
+
+    pydantic's refusals are described without the values they quote, and the
+    text is redacted before it is cut short (a secret cut in two would no
+    longer be recognised).
+    """
+    if isinstance(error, ValidationError):
+        text = "; ".join(
+            f"{'.'.join(map(str, detail['loc']))}: {detail['msg']}"
+            for detail in error.errors(include_input=False, include_url=False)
+        )
+    else:
+        text = str(error)
+    reason = redact(" ".join(text.split()))[:200] or type(error).__name__
     originator_id = str(stored_event.originator_id)
     msg = (
         f"stored event {stored_event.originator_version} of {originator_id!r} "
@@ -112,6 +125,25 @@ class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
         super().__init__(**kwargs)
         if read_only:
             self.is_journal_mode_wal = True  # as it is; never switched here
+
+    def get_connection(
+        self, timeout: float | None = None, is_writer: bool | None = None
+    ) -> es_sqlite.SQLiteConnection:
+        """eventsourcing's, giving back the writer lock (or the reader count)
+        it took when the connection then cannot be made: its own version keeps
+        it, and every later write in the process would wait for it in vain."""
+        try:
+            return super().get_connection(timeout=timeout, is_writer=is_writer)
+        except DatabaseError:
+            if is_writer is True:
+                self._num_writers -= 1
+                self._writer_lock.release()
+            elif is_writer is False:
+                with self._no_readers:
+                    self._num_readers -= 1
+                    if self._num_readers == 0 and self._mutually_exclusive_read_write:
+                        self._no_readers.notify()
+            raise
 
     def _create_connection(self) -> es_sqlite.SQLiteConnection:
         """A new connection; a lock met while switching a new file to WAL is
@@ -146,10 +178,10 @@ def read_only_uri(path: str) -> str | None:
     file = Path(path)
     if not file.is_file():
         return None
-    directory = file.parent if str(file.parent) else Path()
-    if os.access(file, os.W_OK) and os.access(directory, os.W_OK):
+    file = file.resolve()  # a symbolic link: the target's directory counts
+    if os.access(file, os.W_OK) and os.access(file.parent, os.W_OK):
         return None
-    uri = f"file:{quote(str(file.resolve()))}?mode=ro"
+    uri = f"file:{quote(os.fsencode(file))}?mode=ro"
     try:
         with contextlib.closing(sqlite3.connect(uri, uri=True)) as probe:
             probe.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()

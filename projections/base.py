@@ -102,6 +102,22 @@ class SQLiteView(SQLiteTrackingRecorder):
     def tracking_name_for(cls, application_name: str) -> str:
         return f"{application_name}/{cls.name}.v{cls.schema_version}"
 
+    @property
+    def generation_name(self) -> str:
+        """A second row in the tracking table, counting how often the view's
+        rows were replaced (remade, cleared, swapped in by a rebuild): a
+        process that keeps rows in memory by position also checks it, since a
+        replacement can leave the position where it was."""
+        return f"{self.tracking_name}#generation"
+
+    def bump_generation(self, cursor: SQLiteCursor, schema: str = "main") -> None:
+        cursor.execute(
+            f"INSERT INTO {schema}.tracking (application_name, notification_id) "
+            "VALUES (?, 1) ON CONFLICT (application_name) "
+            "DO UPDATE SET notification_id = notification_id + 1",
+            (self.generation_name,),
+        )
+
     def create_table(self) -> None:
         """eventsourcing's tracking table, safe when processes race to make it.
 
@@ -153,6 +169,7 @@ class SQLiteView(SQLiteTrackingRecorder):
                     (self.tracking_name,),
                 )
                 self._insert_tracking(cursor, Tracking(self.tracking_name, 0))
+                self.bump_generation(cursor)
         if fresh:
             self.forget()
         return fresh
@@ -239,6 +256,7 @@ class SQLiteView(SQLiteTrackingRecorder):
                 (self.tracking_name,),
             )
             self._insert_tracking(cursor, Tracking(self.tracking_name, 0))
+            self.bump_generation(cursor)
         self.forget()
 
     @staticmethod

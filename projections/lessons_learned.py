@@ -80,7 +80,7 @@ class SQLiteLessonsView(SQLiteView, LessonsView):
 
     def __init__(self, datastore: SQLiteDatastore, *, tracking_name: str) -> None:
         super().__init__(datastore, tracking_name=tracking_name)
-        self._strategies: dict[str, tuple[int, tuple[str, ...]]] = {}
+        self._strategies: dict[str, tuple[tuple[int, int], tuple[str, ...]]] = {}
 
     def upsert_lesson(self, row: dict[str, Any], tracking: Tracking) -> None:
         with self.changes(tracking) as cursor:
@@ -103,13 +103,24 @@ class SQLiteLessonsView(SQLiteView, LessonsView):
         return [Lesson.model_validate(dict(row)) for row in rows]
 
     def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
-        # The position and the rows are read in one transaction, so a cached
-        # entry is never the rows of another moment (another process may be
-        # rebuilding the table, passing through older positions).
+        # The position, the generation and the rows are read in one
+        # transaction, so a cached entry is never the rows of another moment:
+        # another process may be rebuilding the table (passing through older
+        # positions) or swapping repaired rows in at the same position (a new
+        # generation).
         with self.datastore.transaction(commit=False) as cursor:
-            position = self._max_tracking_id(self.tracking_name, cursor) or 0
+            cursor.execute(
+                "SELECT application_name, notification_id FROM tracking "
+                "WHERE application_name IN (?, ?)",
+                (self.tracking_name, self.generation_name),
+            )
+            marks = {row[0]: row[1] for row in cursor.fetchall()}
+            key = (
+                marks.get(self.tracking_name, 0),
+                marks.get(self.generation_name, 0),
+            )
             cached = self._strategies.get(task_id)
-            if cached is not None and cached[0] == position:
+            if cached is not None and cached[0] == key:
                 return cached[1]
             cursor.execute(
                 "SELECT failed_strategy FROM lessons_learned WHERE task_id = ? "
@@ -119,7 +130,7 @@ class SQLiteLessonsView(SQLiteView, LessonsView):
             strategies = tuple(row["failed_strategy"] for row in cursor.fetchall())
         if len(self._strategies) >= CACHED_TASKS:
             self._strategies.clear()
-        self._strategies[task_id] = (position, strategies)
+        self._strategies[task_id] = (key, strategies)
         return strategies
 
     def forget(self) -> None:

@@ -24,7 +24,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import (
@@ -63,6 +63,7 @@ from devs.projections.registry import SQLITE
 from devs.projections.runs import SQLiteRunsView
 from devs.projections.task_failures import SQLiteTaskFailuresView
 from devs.projections.tasks import SQLiteTasksView
+from devs.projections.unreadable import TABLE as UNREADABLE_TABLE
 from devs.projections.unreadable import Unreadable, UnreadableEvents
 
 PAGE_SIZE = 500
@@ -97,14 +98,23 @@ def _repairing(method: Callable[P, R]) -> Callable[P, R]:
         try:
             return method(*args, **kwargs)
         except OperationalError as error:
+            if not _missing_table(error):
+                raise
             models = args[0]
             assert isinstance(models, SQLiteReadModels)
-            if not _missing_table(error) or not models.repair():
-                raise
+            models.repair()  # or another process just did
             models.catch_up()
             return method(*args, **kwargs)
 
     return query
+
+
+class _Stored(NamedTuple):
+    """What ``_stored_rows`` read in one transaction."""
+
+    last: int
+    views: dict[str, tuple[int, dict[str, Counter[tuple[Any, ...]] | None]]]
+    unreadable: set[int]
 
 
 def private_datastore(path: Path) -> SQLiteDatastore:
@@ -154,8 +164,8 @@ class SQLiteReadModels:
             view.setup()
         self.unreadable = UnreadableEvents(datastore)
         self.unreadable.setup()
-        self._positions: dict[str, int] = {}
         self._handlers: dict[tuple[str, type[Any]], Handler | None] = {}
+        self._seen: dict[str, int] = {}
         self._skipped: dict[int, Unreadable] = {}
         self._blocked: dict[str, Unreadable] = {}
         self._load_unreadable()
@@ -178,7 +188,16 @@ class SQLiteReadModels:
     # ------------------------------------------------------------- catching up
 
     def positions(self) -> dict[str, int]:
-        return {name: view.position() for name, view in self.views.items()}
+        """Each view's position, read in one query (and one transaction)."""
+        names = {view.tracking_name: name for name, view in self.views.items()}
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(
+                "SELECT application_name, notification_id FROM tracking "
+                f"WHERE application_name IN ({', '.join('?' for _ in names)})",
+                tuple(names),
+            )
+            found = {names[row[0]]: row[1] for row in cursor.fetchall()}
+        return {name: found.get(name, 0) for name in self.views}
 
     def catch_up(
         self,
@@ -197,19 +216,25 @@ class SQLiteReadModels:
     ) -> int:
         """Fold the log up to position ``last`` into the (named) read models."""
         selected = list(names) if names is not None else list(self.views)
-        known = self._positions
-        if all(known.get(name, -1) >= last for name in selected):
-            return last
         repaired = False
         for _ in range(MAX_CONFLICTS):
             try:
-                self._catch_up_to(last, selected, progress)
+                # Read every time, never remembered: another process may have
+                # moved a view back (a rebuild swapped in, a view remade).
+                positions = self.positions()
+                if positions != self._seen:  # others folded: maybe a poison event
+                    self._load_unreadable()
+                    self._seen = positions
+                if all(positions[name] >= last for name in selected):
+                    return last
+                self._catch_up_to(last, selected, positions, progress)
             except (IntegrityError, OperationalError) as error:
-                # A lock held too long, or a lost race: re-read and go on. A
-                # view table dropped by hand: remake the view (once) and refill.
-                self._positions = {}
+                # A lock held too long, a lost race, a view moved back under
+                # this catch-up: re-read and go on. A view table dropped by
+                # hand: remake the view (once) and refill it.
                 if _missing_table(error) and not repaired:
-                    repaired = self.repair()
+                    self.repair()
+                    repaired = True
                 continue
             return last
         msg = "read models could not catch up: too many concurrent updates"
@@ -219,9 +244,9 @@ class SQLiteReadModels:
         self,
         last: int,
         names: Sequence[str],
+        positions: dict[str, int],
         progress: Callable[[int, int], None] | None,
     ) -> None:
-        positions = self.positions()  # this catch-up's own, shared when done
         start = min(positions[name] for name in names)
         while start < last:
             notifications = self.app.recorder.select_notifications(
@@ -236,8 +261,11 @@ class SQLiteReadModels:
                     continue
                 end = Tracking(view.tracking_name, notifications[-1].id)
                 with view.batch(end) as current:
+                    if current < positions[name]:
+                        msg = f"read model {name!r} moved back under a catch-up"
+                        raise IntegrityError(msg)  # re-read and start again
                     for domain_event, notification_id in page:
-                        if notification_id <= max(current, positions[name]):
+                        if notification_id <= current:
                             continue  # folded before, maybe by another catch-up
                         handler = self._handler(name, type(domain_event))
                         if handler is not None:
@@ -247,7 +275,6 @@ class SQLiteReadModels:
             start = notifications[-1].id
             if progress is not None:
                 progress(start, last)
-        self._positions = positions
         self._load_unreadable()
 
     def _decode(self, notifications: Sequence[Notification]) -> list[tuple[Any, int]]:
@@ -262,7 +289,7 @@ class SQLiteReadModels:
                     (self.app.mapper.to_domain_event(notification), notification.id)
                 )
             except Exception as error:  # whatever a foreign mapper raises
-                problem = (
+                problem = redact(
                     str(error) if isinstance(error, UnreadableEvent) else repr(error)
                 )
                 found.append(
@@ -271,7 +298,7 @@ class SQLiteReadModels:
                         originator_id=str(notification.originator_id),
                         originator_version=notification.originator_version,
                         topic=notification.topic[:200],
-                        problem=redact(" ".join(problem.split())[:300]),
+                        problem=" ".join(problem.split())[:300],
                     )
                 )
         if found:
@@ -308,8 +335,6 @@ class SQLiteReadModels:
                 "read model %r had lost a table: remade empty, refilled from the log",
                 name,
             )
-        if remade:
-            self._positions = {}
         return bool(remade)
 
     # ------------------------------------------------------ rebuild and verify
@@ -341,8 +366,8 @@ class SQLiteReadModels:
             finally:
                 beside.close()
             self.repair()
-            self._swap_in(path, selected, last, found)
-        self._positions = {}
+            every = set(selected) == set(self.views)
+            self._swap_in(path, selected, last, found, every=every)
         self._load_unreadable()
         return self.catch_up(selected)
 
@@ -351,9 +376,20 @@ class SQLiteReadModels:
         return SQLiteReadModels(self.app, datastore=private_datastore(path))
 
     def _swap_in(
-        self, path: Path, names: Sequence[str], last: int, found: list[Unreadable]
+        self,
+        path: Path,
+        names: Sequence[str],
+        last: int,
+        found: list[Unreadable],
+        *,
+        every: bool,
     ) -> None:
-        """Replace the named views' rows and positions with those in ``path``."""
+        """Replace the named views' rows and positions with those in ``path``.
+
+        The events found undecodable are recorded; those recorded before are
+        forgotten only when every view was rebuilt (an event that decodes now
+        is still missing from the views that were not).
+        """
         with self.datastore.get_connection(commit=True) as connection:
             swap = connection.cursor()
             try:
@@ -362,7 +398,10 @@ class SQLiteReadModels:
                 try:
                     for name in names:
                         self._copy_view(swap, self.views[name])
-                    self.unreadable.replace_up_to(last, found, swap)
+                    if every:
+                        self.unreadable.replace_up_to(last, found, swap)
+                    else:
+                        self.unreadable.add(found, swap)
                 except BaseException:
                     connection.rollback()
                     raise
@@ -390,21 +429,23 @@ class SQLiteReadModels:
             "WHERE application_name = ?",
             (view.tracking_name,),
         )
+        view.bump_generation(swap)
 
     def verify(
         self, progress: Callable[[int, int], None] | None = None
     ) -> Verification:
         """Compare every stored view with a fold of the log to its position.
 
-        The stored views are read in one transaction (they are not caught up
-        first: nothing is written); each is compared with the same read model
-        folded from position 0 in a private file up to the stored position.
-        The rest of the log is then read too, so that every event that cannot
-        be decoded is reported by its log position.
+        The stored views and the end of the log are read in one transaction
+        (the views are not caught up first: nothing is written); each view is
+        compared with the same read model folded from position 0 in a private
+        file up to the stored position. The rest of the log is then read too,
+        so that every event that cannot be decoded is reported by its log
+        position, and every event recorded as undecodable that decodes now.
         """
-        last = self.app.recorder.max_notification_id() or 0
         problems: list[str] = []
-        stored = self._stored_rows()
+        snapshot = self._stored_rows()
+        last, stored = snapshot.last, snapshot.views
         with tempfile.TemporaryDirectory(prefix="devs-verify-") as directory:
             beside = self._beside(Path(directory) / "views.db")
             try:
@@ -422,12 +463,21 @@ class SQLiteReadModels:
                     pending = [n for n in ordered if n not in compared]
                     beside.catch_up_to(position, pending, progress)
                     compared.append(name)
-                    expected = beside._stored_rows([name], own=True)[name][1]
+                    expected = beside._stored_rows([name], own=True).views[name][1]
                     problems.extend(_differences(name, position, rows, expected))
                 beside.catch_up_to(last, list(self.views), progress)
-                problems.extend(event.describe() for event in beside.unreadable.all())
+                found = beside.unreadable.all()
             finally:
                 beside.close()
+        problems.extend(event.describe() for event in found)
+        undecodable = {event.position for event in found}
+        problems.extend(
+            f"event at log position {position} is recorded as undecodable but "
+            "decodes now: its task's queries are refused and the read models "
+            "lack it; rebuild them"
+            for position in sorted(snapshot.unreadable - undecodable)
+            if position <= last
+        )
         return Verification(
             ok=not problems,
             problems=[redact(problem) for problem in problems],
@@ -438,25 +488,37 @@ class SQLiteReadModels:
 
     def _stored_rows(
         self, names: Sequence[str] | None = None, *, own: bool = False
-    ) -> dict[str, tuple[int, dict[str, Counter[tuple[Any, ...]] | None]]]:
-        """Each view's position and rows (``None`` for a missing table), all
-        read in one transaction: those of the application's database file, or
-        (``own``) of this object's datastore, which differs when the file is
-        read-only."""
-        datastore = self.datastore
-        if not own and self._private is not None:
-            datastore = self._file_datastore
-        found: dict[str, tuple[int, dict[str, Counter[tuple[Any, ...]] | None]]] = {}
+    ) -> _Stored:
+        """Each view's position and rows (``None`` for a missing table), the
+        end of the log and the events recorded as undecodable, all read in one
+        transaction: those of the application's database file, or (``own``)
+        of this object's datastore, which differs when the file is read-only
+        (and holds no log)."""
+        datastore = self.datastore if own else self._file_datastore
+        views: dict[str, tuple[int, dict[str, Counter[tuple[Any, ...]] | None]]] = {}
         with datastore.transaction(commit=False) as cursor:
             cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             existing = {row[0] for row in cursor.fetchall()}
+            last = 0
+            events_table = getattr(self.app.recorder, "events_table_name", "")
+            if not own and events_table in existing:
+                cursor.execute(f"SELECT MAX(rowid) FROM {events_table}")
+                last = cursor.fetchone()[0] or 0
+            unreadable: set[int] = set()
+            if UNREADABLE_TABLE in existing:
+                cursor.execute(f"SELECT position FROM {UNREADABLE_TABLE}")
+                unreadable = {row[0] for row in cursor.fetchall()}
             for name in names if names is not None else self.views:
                 view = self.views[name]
-                cursor.execute(
-                    "SELECT notification_id FROM tracking WHERE application_name = ?",
-                    (view.tracking_name,),
-                )
-                row = cursor.fetchone()
+                position = 0
+                if "tracking" in existing:
+                    cursor.execute(
+                        "SELECT notification_id FROM tracking "
+                        "WHERE application_name = ?",
+                        (view.tracking_name,),
+                    )
+                    row = cursor.fetchone()
+                    position = row[0] if row else 0
                 tables: dict[str, Counter[tuple[Any, ...]] | None] = {}
                 for table in view.tables:
                     if table not in existing:
@@ -464,8 +526,8 @@ class SQLiteReadModels:
                         continue
                     cursor.execute(f"SELECT * FROM {table}")
                     tables[table] = Counter(tuple(r) for r in cursor.fetchall())
-                found[name] = (row[0] if row else 0, tables)
-        return found
+                views[name] = (position, tables)
+        return _Stored(last, views, unreadable)
 
     def close(self) -> None:
         """Close the connections of a datastore of its own (a private one)."""

@@ -68,6 +68,10 @@ class UnreadableEvents:
     def replace_up_to(self, last: int, found: list[Unreadable], cursor: Any) -> None:
         """Within ``cursor``'s transaction: exactly ``found`` up to ``last``."""
         cursor.execute(f"DELETE FROM {TABLE} WHERE position <= ?", (last,))
+        self.add(found, cursor)
+
+    def add(self, found: list[Unreadable], cursor: Any) -> None:
+        """Within ``cursor``'s transaction: ``found`` too."""
         cursor.executemany(
             f"INSERT OR IGNORE INTO {TABLE} (position, originator_id, "
             "originator_version, topic, problem) VALUES (:position, "

@@ -186,6 +186,13 @@ def cli(ctx: click.Context, db: str | None, verbose: bool) -> None:
         decisions.addHandler(handler)
         decisions.setLevel(logging.INFO)
         ctx.call_on_close(lambda: decisions.removeHandler(handler))
+    # Repairs and skipped events of the read models are said on stderr.
+    repairs = logging.StreamHandler(sys.stderr)
+    repairs.setFormatter(logging.Formatter("devs: warning: %(message)s"))
+    repairs.setLevel(logging.WARNING)
+    read_models = logging.getLogger("devs.read_models")
+    read_models.addHandler(repairs)
+    ctx.call_on_close(lambda: read_models.removeHandler(repairs))
     context = Context(db)
     ctx.obj = context
     ctx.call_on_close(context.close)

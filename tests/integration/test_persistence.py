@@ -15,6 +15,7 @@ from uuid import uuid4
 import orjson
 import pytest
 from eventsourcing import sqlite as es_sqlite
+from eventsourcing.persistence import DatabaseError
 from eventsourcing.tests import persistence as contract
 from pydantic import BaseModel
 
@@ -385,3 +386,27 @@ def test_a_lock_held_past_the_timeout_is_a_store_error(
     monkeypatch.setattr(es_sqlite.SQLiteConnectionPool, "_create_connection", locked)
     with pytest.raises(StoreError, match="stayed locked by another process"):
         RecoveryService(env={"SQLITE_DBNAME": str(db_path), "SQLITE_LOCK_TIMEOUT": "1"})
+
+
+def test_a_connection_that_cannot_be_made_gives_back_the_writer_lock(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = RecoveryService(
+        env={"SQLITE_DBNAME": str(db_path), "SQLITE_LOCK_TIMEOUT": "1"}
+    )
+    app.start_task("a")
+    pool = app.factory.datastore.pool  # type: ignore[attr-defined]
+    for connection in list(pool._pool):  # the next write needs a new connection
+        connection.close()
+    pool._pool.clear()
+
+    def locked(pool: es_sqlite.SQLiteConnectionPool) -> es_sqlite.SQLiteConnection:
+        raise sqlite3.OperationalError("database is locked")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(es_sqlite.SQLiteConnectionPool, "_create_connection", locked)
+        with pytest.raises(DatabaseError, match="locked"):
+            pool.get_connection(is_writer=True)  # what a command's insert asks
+    app.start_task("c")  # the writer lock was given back
+    assert app.task("c").task_id == "c"
+    app.close()

@@ -6,9 +6,12 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import orjson
 import pytest
+from eventsourcing.utils import register_topic
 
 from devs.domain import RecoveryService, StoreError, UnreadableEvent
+from devs.domain.task import Task
 from devs.projections.sqlite import SQLiteReadModels
 from tests.helpers import table_rows
 from tests.integration.test_projections import drive
@@ -33,6 +36,11 @@ def poison(db_path: Path, originator_id: str, *, topic: str, state: bytes) -> in
         )
         assert cursor.lastrowid is not None
         return cursor.lastrowid
+
+
+def sqlite_models(app: RecoveryService) -> SQLiteReadModels:
+    assert isinstance(app.read_models, SQLiteReadModels)
+    return app.read_models
 
 
 def reopen(db_path: Path) -> RecoveryService:
@@ -262,3 +270,152 @@ def test_read_models_report_a_poison_event_once_by_position(
     models = service.read_models
     assert isinstance(models, SQLiteReadModels)
     assert [e.position for e in models.unreadable.all()] == [position]
+
+
+# ----------------------------------------------- races with other processes
+
+
+def test_a_catch_up_whose_view_moved_back_under_it_folds_everything(
+    db_path: Path,
+) -> None:
+    """Another process swaps a rebuild in (or remakes a view) between this
+    catch-up reading the positions and folding: nothing may be skipped."""
+    with reopen(db_path) as a, reopen(db_path) as b:
+        drive(a)
+        a.catch_up()
+        b.catch_up()
+        b.start_task("w1")
+        b.catch_up()
+        b.start_task("w2")
+        models = b.read_models
+        assert isinstance(models, SQLiteReadModels)
+        read = models.positions
+        moved: list[bool] = []
+
+        def positions_then_rebuild() -> dict[str, int]:
+            found = read()
+            if not moved:
+                moved.append(True)
+                sql(db_path, "DROP TABLE tasks")
+                sqlite_models(a).repair()  # a remakes the view, empty, at position 0
+            return found
+
+        models.positions = positions_then_rebuild  # type: ignore[method-assign]
+        assert {e.task_id for e in b.tasks()} == {"t1", "t3", "w1", "w2"}
+        assert a.verify().ok
+
+
+def test_a_rebuild_elsewhere_refreshes_the_blacklist_cache(db_path: Path) -> None:
+    with reopen(db_path) as a, reopen(db_path) as b:
+        drive(a)
+        a.catch_up()
+        sql(db_path, "DELETE FROM lessons_learned")  # a damaged view ...
+        assert not b.is_strategy_blacklisted("t1", "regex")  # ... read and kept
+        a.rebuild_projections()  # repaired at the same position
+        assert b.is_strategy_blacklisted("t1", "regex")
+
+
+def test_a_table_remade_by_another_process_is_not_read_empty(db_path: Path) -> None:
+    with reopen(db_path) as a, reopen(db_path) as b:
+        drive(a)
+        a.start_task("t5")
+        a.report_entropy("t5", 0.99)
+        assert [s.task_id for s in b.pending_sessions()] == ["t5"]
+        sql(db_path, "DROP TABLE hitl_sessions")
+        reopen(db_path).close()  # its open remakes the table, empty, at position 0
+        assert [s.task_id for s in b.pending_sessions()] == ["t5"]
+
+
+def test_two_processes_meeting_a_dropped_table_both_answer(db_path: Path) -> None:
+    with reopen(db_path) as a, reopen(db_path) as b:
+        drive(a)
+        a.start_task("t5")
+        a.report_entropy("t5", 0.99)
+        b.pending_sessions()
+        sql(db_path, "DROP TABLE hitl_sessions")
+        models = b.read_models
+        assert isinstance(models, SQLiteReadModels)
+        own_repair = models.repair
+
+        def repaired_first_by_a() -> bool:
+            sqlite_models(a).repair()
+            return own_repair()  # nothing left to remake
+
+        models.repair = repaired_first_by_a  # type: ignore[method-assign]
+        assert [s.task_id for s in b.pending_sessions()] == ["t5"]
+
+
+def test_a_partial_rebuild_keeps_events_other_views_still_lack(
+    service: RecoveryService, db_path: Path
+) -> None:
+    """An event no catch-up could decode decodes after an upgrade; rebuilding
+    one view must not unblock its task while the other views still lack it."""
+    service.start_task("t1")
+    service.record_gate("t1", 1, error="e")
+    with sqlite3.connect(db_path) as connection:
+        (state,) = connection.execute(
+            "SELECT state FROM stored_events WHERE originator_id = 'task:t1' "
+            "ORDER BY originator_version DESC LIMIT 1"
+        ).fetchone()
+    later = orjson.loads(state)
+    later["originator_version"] += 1
+    later["consecutive_failures"] = 2
+    topic = "tests.upgrade:GateFailed"
+    position = poison(db_path, "task:t1", topic=topic, state=orjson.dumps(later))
+    with pytest.raises(UnreadableEvent):
+        service.gate_status("t1")
+    register_topic(topic, Task.GateFailed)  # the upgrade: it decodes now
+    service.rebuild_projections("lessons_learned")
+    with pytest.raises(UnreadableEvent):
+        service.gate_status("t1")  # its failure count would be one short
+    models = service.read_models
+    assert isinstance(models, SQLiteReadModels)
+    assert [e.position for e in models.unreadable.all()] == [position]
+    service.rebuild_projections()
+    assert service.gate_status("t1").consecutive_failures == 2
+    assert service.verify().ok
+
+
+def test_verify_reads_the_end_of_the_log_with_the_views(
+    service: RecoveryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drive(service)
+    service.catch_up()
+    # an end of the log read apart from the views (and so, older) is not used
+    monkeypatch.setattr(service.recorder, "max_notification_id", lambda: 1)
+    assert service.verify().ok
+
+
+def test_verify_finds_an_event_recorded_undecodable_that_decodes(
+    service: RecoveryService, db_path: Path
+) -> None:
+    drive(service)
+    service.catch_up()
+    sql(
+        db_path,
+        "INSERT INTO unreadable_events VALUES (3, 'task:t1', 3, 'x', 'an older devs')",
+    )
+    report = service.verify()
+    assert report.problems == [
+        "event at log position 3 is recorded as undecodable but decodes now: its "
+        "task's queries are refused and the read models lack it; rebuild them"
+    ]
+    service.rebuild_projections()
+    assert service.verify().ok
+
+
+def test_a_refused_event_state_is_described_without_its_values(
+    service: RecoveryService, db_path: Path
+) -> None:
+    service.start_task("t1")
+    secret = "AKIAIOSFODNN7EXAMPLE"
+    state = b'{"originator_id": "task:t1", "originator_version": "xxxxxxxx%s%s"}' % (
+        secret.encode(),
+        b"y" * 40,
+    )
+    poison(db_path, "task:t1", topic="devs:Task.Started", state=state)
+    with pytest.raises(UnreadableEvent) as raised:
+        service.history("t1")
+    assert "originator_version: Input should be a valid integer" in str(raised.value)
+    assert "AKIA" not in str(raised.value)
+    assert "xxxx" not in str(raised.value)
