@@ -142,6 +142,7 @@ class SQLiteReadModels:
             raise DevsError(msg)
         self.app = app
         self._file_datastore = app.factory.datastore
+        self._events_table = str(getattr(app.recorder, "events_table_name", ""))
         self._private: tempfile.TemporaryDirectory[str] | None = None
         if datastore is None:
             if getattr(app.factory, "read_only", False):
@@ -188,16 +189,38 @@ class SQLiteReadModels:
     # ------------------------------------------------------------- catching up
 
     def positions(self) -> dict[str, int]:
-        """Each view's position, read in one query (and one transaction)."""
+        """Each view's position, read in one statement."""
+        return self._marks(with_log_end=False)[1]
+
+    def _marks(self, *, with_log_end: bool) -> tuple[int, dict[str, int]]:
+        """The end of the log (when asked, else 0) and each view's position,
+        read in one statement (so at one moment) when the views live in the
+        log's own file."""
         names = {view.tracking_name: name for name, view in self.views.items()}
-        with self.datastore.transaction(commit=False) as cursor:
-            cursor.execute(
-                "SELECT application_name, notification_id FROM tracking "
-                f"WHERE application_name IN ({', '.join('?' for _ in names)})",
-                tuple(names),
-            )
-            found = {names[row[0]]: row[1] for row in cursor.fetchall()}
-        return {name: found.get(name, 0) for name in self.views}
+        statement = (
+            "SELECT application_name, notification_id FROM tracking "
+            f"WHERE application_name IN ({', '.join('?' for _ in names)})"
+        )
+        together = with_log_end and self.datastore is self._file_datastore
+        if together:
+            statement += f" UNION ALL SELECT NULL, MAX(rowid) FROM {self._events_table}"
+        with self.datastore.get_connection(commit=False) as connection:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(statement, tuple(names))
+                rows = cursor.fetchall()
+            finally:
+                cursor.sqlite_cursor.close()
+        last = 0
+        found: dict[str, int] = {}
+        for application_name, notification_id in rows:
+            if application_name is None:
+                last = notification_id or 0
+            else:
+                found[names[application_name]] = notification_id
+        if with_log_end and not together:
+            last = self.app.recorder.max_notification_id() or 0
+        return last, {name: found.get(name, 0) for name in self.views}
 
     def catch_up(
         self,
@@ -205,23 +228,29 @@ class SQLiteReadModels:
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
         """Fold everything recorded so far into the (named) read models."""
-        last = self.app.recorder.max_notification_id() or 0
-        return self.catch_up_to(last, names, progress)
+        last, positions = self._marks(with_log_end=True)
+        return self.catch_up_to(last, names, progress, positions=positions)
 
     def catch_up_to(
         self,
         last: int,
         names: Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        *,
+        positions: dict[str, int] | None = None,
     ) -> int:
-        """Fold the log up to position ``last`` into the (named) read models."""
+        """Fold the log up to position ``last`` into the (named) read models.
+
+        ``positions``: the views' positions, if just read.
+        """
         selected = list(names) if names is not None else list(self.views)
         repaired = False
         for _ in range(MAX_CONFLICTS):
             try:
                 # Read every time, never remembered: another process may have
                 # moved a view back (a rebuild swapped in, a view remade).
-                positions = self.positions()
+                if positions is None:
+                    positions = self.positions()
                 if positions != self._seen:  # others folded: maybe a poison event
                     self._load_unreadable()
                     self._seen = positions
@@ -229,6 +258,7 @@ class SQLiteReadModels:
                     return last
                 self._catch_up_to(last, selected, positions, progress)
             except (IntegrityError, OperationalError) as error:
+                positions = None
                 # A lock held too long, a lost race, a view moved back under
                 # this catch-up: re-read and go on. A view table dropped by
                 # hand: remake the view (once) and refill it.
