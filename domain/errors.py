@@ -25,7 +25,14 @@ class DevsError(Exception):
 
 
 class InvalidInput(DevsError, ValueError):
-    """A value was out of range, malformed, empty or too large."""
+    """A value was out of range, malformed, empty or too large.
+
+    ``field`` names the argument refused, when one argument is to blame.
+    """
+
+    def __init__(self, *args: object, field: str | None = None) -> None:
+        super().__init__(*args)
+        self.field = field
 
 
 class NotFound(DevsError, LookupError):

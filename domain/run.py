@@ -79,25 +79,25 @@ def check_limits(graph: Mapping[str, Sequence[str]]) -> None:
     :data:`MAX_RUN_ID_BYTES` (prerequisites already distinct); linear."""
     if not graph:
         msg = "dag must have at least one node"
-        raise InvalidInput(msg)
+        raise InvalidInput(msg, field="dag")
     if len(graph) > MAX_RUN_NODES:
         msg = f"dag has {len(graph):,} nodes; the limit is {MAX_RUN_NODES:,}"
-        raise InvalidInput(msg)
+        raise InvalidInput(msg, field="dag")
     edges = sum(map(len, graph.values()))
     if edges > MAX_RUN_EDGES:
         msg = f"dag has {edges:,} edges (prerequisites); the limit is {MAX_RUN_EDGES:,}"
-        raise InvalidInput(msg)
+        raise InvalidInput(msg, field="dag")
     try:
         size = sum(len(node.encode()) for node in graph)
     except UnicodeEncodeError:
         msg = "dag node must be valid Unicode text (no lone surrogates)"
-        raise InvalidInput(msg) from None
+        raise InvalidInput(msg, field="dag") from None
     if size > MAX_RUN_ID_BYTES:
         msg = (
             f"dag node ids take {size:,} bytes (UTF-8); "
             f"the limit is {MAX_RUN_ID_BYTES:,}"
         )
-        raise InvalidInput(msg)
+        raise InvalidInput(msg, field="dag")
 
 
 def topological_order(dag: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
@@ -110,7 +110,7 @@ def topological_order(dag: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
         for prerequisite in prerequisites:
             if prerequisite not in dag:
                 msg = f"dag node {node!r} has unknown prerequisite {prerequisite!r}"
-                raise InvalidInput(msg)
+                raise InvalidInput(msg, field="dag")
     try:
         return tuple(TopologicalSorter(dag).static_order())
     except CycleError as error:
@@ -120,7 +120,7 @@ def topological_order(dag: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
         else:
             shown = f"{_listed(cycle[:-1], ' -> ', quote=False)} -> {cycle[0]}"
         msg = f"dag has a cycle: {shown}"
-        raise InvalidInput(msg) from None
+        raise InvalidInput(msg, field="dag") from None
 
 
 def _by_position(

@@ -585,7 +585,8 @@ class _Refusal:
         name = self._name(key)
         wording = self.wordings.get(name.partition("[")[0])
         explain = wording.explain if wording is not None else _generic
-        return InvalidInput(explain(name, error, tuple(inside)))
+        field = name.partition("[")[0]
+        return InvalidInput(explain(name, error, tuple(inside)), field=field)
 
 
 def validated(func: Callable[P, R]) -> Callable[P, R]:
