@@ -1,0 +1,58 @@
+"""``devs serve``: the HTTP service (docs/http.md)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+
+import click
+
+from devs.adapters.cli.base import Context, ExitCode, cli, fail, pass_context
+from devs.domain.application import DB_ENV
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Worker processes (each opens the database).",
+)
+@pass_context
+def serve(ctx: Context, host: str, port: int, workers: int) -> None:
+    """Serve the HTTP API (every command and query as JSON; /openapi.json).
+
+    With DEVS_API_TOKEN set, every request but /healthz needs
+    `Authorization: Bearer <token>`; a non-loopback --host needs it.
+    """
+    import uvicorn
+
+    if not is_loopback(host) and not os.environ.get("DEVS_API_TOKEN"):
+        fail(
+            f"refusing to serve on {host}, which is not a loopback address, "
+            "without DEVS_API_TOKEN: set a token, or bind 127.0.0.1",
+            ExitCode.REFUSED,
+        )
+    os.environ[DB_ENV] = ctx.db  # the workers open the same database
+    # Opened once here, so a database that cannot be used fails now, in one line.
+    ctx.app.close()
+    uvicorn.run(
+        "devs.adapters.http:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+    )

@@ -1,0 +1,567 @@
+"""The HTTP service: every command and query of ``RecoveryService`` as JSON.
+
+FastAPI over the same service the Python API and the CLI use; the request
+bodies and the answers are pydantic models, so ``/openapi.json`` documents
+them. Errors are one JSON shape, :class:`ErrorBody`: 404 for an unknown id,
+409 for an illegal transition or a lost conflict, 422 for a bad value, 400 for
+malformed JSON, 401 without the API token, 503 when the store cannot be used,
+504 when a read-your-writes wait runs out. Bad input never writes.
+
+Every command answer carries ``X-Devs-Position``: a log position at or past
+the command's own events. A query given ``?after=N`` (or ``X-Devs-After: N``)
+first waits, bounded by ``DEVS_READ_WAIT`` seconds, until the read models have
+folded position ``N``.
+
+``devs serve`` runs :func:`app_from_env` under uvicorn; docs/http.md says it
+all with examples.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal, TypeVar
+
+import orjson
+from fastapi import FastAPI, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from devs.domain import (
+    ActionResult,
+    AlreadyExists,
+    AttemptDecision,
+    Conflict,
+    DevsError,
+    EntropyDecision,
+    FailureReport,
+    GateDecision,
+    GateStatus,
+    HandoffEntry,
+    HistoryEntry,
+    IllegalTransition,
+    InvalidInput,
+    Lesson,
+    NotFound,
+    Notification,
+    PendingSession,
+    RecoveryService,
+    RunState,
+    StoreError,
+    TaskIndexEntry,
+    TaskSummary,
+)
+from devs.domain.application import DB_ENV, DEFAULT_DB
+from devs.domain.redaction import redact
+
+TOKEN_ENV = "DEVS_API_TOKEN"
+READ_WAIT_ENV = "DEVS_READ_WAIT"
+DEFAULT_READ_WAIT = 5.0
+STREAM_POLL = 0.25  # seconds between looks at the log for new notifications
+STREAM_HEARTBEAT = 15.0  # seconds between comment lines on a quiet stream
+POSITION_HEADER = "X-Devs-Position"
+AFTER_HEADER = "X-Devs-After"
+T = TypeVar("T")
+
+AfterQuery = Annotated[
+    int | None, Query(description="wait until the read models folded this position")
+]
+AfterHeaderValue = Annotated[
+    str | None, Header(alias=AFTER_HEADER, description="as ?after=")
+]
+
+
+# ------------------------------------------------------------------- bodies
+
+
+class Body(BaseModel):
+    """A request body: JSON types as they are (no coercion), nothing unknown."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class StartRunBody(Body):
+    run_id: str
+    dag: dict[str, list[str]] = Field(description="node (task id) -> prerequisites")
+
+
+class StartTaskBody(Body):
+    task_id: str
+    run_id: str | None = None
+    agent: str | None = None
+    last_commit: str | None = None
+
+
+class AttemptBody(Body):
+    strategy: str
+
+
+class GateBody(Body):
+    exit_code: int | None = Field(description="null: killed or timed out")
+    gate: str | None = None
+    strategy: str | None = None
+    error: str | None = None
+    output: str | None = None
+
+
+class EntropyBody(Body):
+    score: float
+
+
+class LessonBody(Body):
+    failed_strategy: str
+    rca_summary: str
+
+
+class ActionBody(Body):
+    actor: str
+    reason: str = "(no reason given)"
+
+
+class RewindBody(ActionBody):
+    to_commit: str | None = None
+
+
+class ClaimBody(Body):
+    actor: str
+
+
+class ResolveBody(ActionBody):
+    resolution: Literal["return", "complete", "skip"]
+
+
+class ErrorBody(BaseModel):
+    """Every error answer."""
+
+    error: str = Field(description="its kind, e.g. not_found, invalid_input")
+    detail: str
+    field: str | None = Field(description="the argument to blame, if one is")
+
+
+class BlacklistAnswer(BaseModel):
+    task_id: str
+    candidate: str | None
+    blacklisted: bool | None = Field(description="null when no candidate was given")
+    directive: str = Field(description="the prompt directive listing the lessons")
+
+
+class Health(BaseModel):
+    ok: bool
+
+
+class Readiness(BaseModel):
+    ready: bool
+    position: int = Field(description="the log position the read models reached")
+
+
+# ------------------------------------------------------------------- errors
+
+_ERRORS: tuple[tuple[type[DevsError], int, str], ...] = (
+    (NotFound, 404, "not_found"),
+    (InvalidInput, 422, "invalid_input"),
+    (IllegalTransition, 409, "illegal_transition"),
+    (AlreadyExists, 409, "already_exists"),
+    (Conflict, 409, "conflict"),
+    (StoreError, 503, "store_unavailable"),
+    (DevsError, 409, "refused"),
+)
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in (
+        (400, "malformed JSON"),
+        (401, "missing or wrong API token"),
+        (404, "unknown task or run"),
+        (409, "illegal transition, already exists, or lost conflict"),
+        (422, "a bad value; nothing was written"),
+        (503, "the store cannot be used"),
+        (504, "a read-your-writes wait ran out"),
+    )
+}
+
+
+def error_response(
+    status: int, kind: str, detail: str, field: str | None = None
+) -> JSONResponse:
+    body = ErrorBody(error=kind, detail=redact(detail), field=field)
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+class NotYet(Exception):
+    """A read-your-writes wait ran out."""
+
+
+# ---------------------------------------------------------------- the app
+
+
+def create_app(
+    service: RecoveryService | Callable[[], RecoveryService],
+    *,
+    token: str | None = None,
+    read_wait: float = DEFAULT_READ_WAIT,
+) -> FastAPI:
+    """The ASGI app over ``service`` (or what ``service()`` opens at startup,
+    closed at shutdown). With ``token``, every request but ``/healthz`` needs
+    ``Authorization: Bearer <token>``."""
+    holder: dict[str, RecoveryService] = {}
+    if isinstance(service, RecoveryService):
+        holder["service"] = service
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> Any:
+        opened = None
+        if "service" not in holder:
+            assert callable(service)
+            opened = holder["service"] = service()
+        try:
+            yield
+        finally:
+            if opened is not None:
+                opened.close()
+
+    app = FastAPI(
+        title="devs-recovery",
+        summary="An event-sourced referee for AI coding agents",
+        version="0.1.0",
+        lifespan=lifespan,
+        responses=ERROR_RESPONSES,
+    )
+    expected = f"Bearer {token}".encode() if token else None
+
+    def svc() -> RecoveryService:
+        return holder["service"]
+
+    # ------------------------------------------------------------ plumbing
+
+    @app.middleware("http")
+    async def authenticate(request: Request, call_next: Any) -> Any:
+        if expected is not None and request.url.path != "/healthz":
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                answer = error_response(
+                    401, "unauthorized", "send Authorization: Bearer <DEVS_API_TOKEN>"
+                )
+                answer.headers["WWW-Authenticate"] = "Bearer"
+                return answer
+        return await call_next(request)
+
+    @app.exception_handler(DevsError)
+    async def devs_error(_: Request, error: DevsError) -> JSONResponse:
+        for error_class, status, kind in _ERRORS:
+            if isinstance(error, error_class):
+                field = error.field if isinstance(error, InvalidInput) else None
+                return error_response(status, kind, str(error), field)
+        raise error  # unreachable: DevsError is the last entry
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(_: Request, error: RequestValidationError) -> JSONResponse:
+        problems = error.errors()
+        first = problems[0] if problems else {"loc": (), "msg": "bad request"}
+        if first.get("type") == "json_invalid":
+            return error_response(400, "malformed_json", str(first["msg"]))
+        where = [str(part) for part in first["loc"] if part not in ("body",)]
+        field = where[0] if where else None
+        detail = f"{'.'.join(where)}: {first['msg']}" if where else str(first["msg"])
+        return error_response(422, "invalid_input", detail, field)
+
+    @app.exception_handler(NotYet)
+    async def not_yet(_: Request, error: NotYet) -> JSONResponse:
+        return error_response(504, "not_caught_up", str(error))
+
+    def answered(response: Response, value: T) -> T:
+        """A command's answer, with the log position it reached."""
+        position = svc().recorder.max_notification_id() or 0
+        response.headers[POSITION_HEADER] = str(position)
+        return value
+
+    def caught_up(after: int | None, header: str | None) -> None:
+        """Wait until the read models folded ``after`` (query or header)."""
+        wanted = after
+        if wanted is None and header is not None:
+            try:
+                wanted = int(header)
+            except ValueError:
+                msg = f"{AFTER_HEADER} must be an integer, got {header[:40]!r}"
+                raise InvalidInput(msg, field=AFTER_HEADER) from None
+        if wanted is None:
+            return
+        if wanted < 0:
+            msg = f"after must be a non-negative integer, got {wanted}"
+            raise InvalidInput(msg, field="after")
+        deadline = time.monotonic() + read_wait
+        while svc().catch_up() < wanted:
+            if time.monotonic() >= deadline:
+                msg = (
+                    f"the read models did not reach position {wanted} within "
+                    f"{read_wait:g} s"
+                )
+                raise NotYet(msg)
+            time.sleep(0.01)
+
+    # ------------------------------------------------------------ liveness
+
+    @app.get("/healthz", tags=["service"])
+    def healthz() -> Health:
+        """The process is up (no token needed)."""
+        return Health(ok=True)
+
+    @app.get("/readyz", tags=["service"], responses={503: {"model": Readiness}})
+    def readyz() -> Any:
+        """The store is reachable and the read models caught up."""
+        try:
+            position = svc().catch_up()
+        except StoreError:
+            return JSONResponse(Readiness(ready=False, position=0).model_dump(), 503)
+        return Readiness(ready=True, position=position)
+
+    # ------------------------------------------------------------ commands
+
+    @app.post("/runs", status_code=201, tags=["runs"])
+    def start_run(body: StartRunBody, response: Response) -> RunState:
+        return answered(response, svc().start_run(body.run_id, body.dag))
+
+    @app.post("/tasks", status_code=201, tags=["tasks"])
+    def start_task(body: StartTaskBody, response: Response) -> TaskSummary:
+        started = svc().start_task(
+            body.task_id,
+            run_id=body.run_id,
+            agent=body.agent,
+            last_commit=body.last_commit,
+        )
+        return answered(response, started)
+
+    @app.post("/tasks/{task_id}/attempts", tags=["tasks"])
+    def begin_attempt(
+        task_id: str, body: AttemptBody, response: Response
+    ) -> AttemptDecision:
+        return answered(response, svc().begin_attempt(task_id, body.strategy))
+
+    @app.post("/tasks/{task_id}/gates", tags=["tasks"])
+    def record_gate(task_id: str, body: GateBody, response: Response) -> GateDecision:
+        decision = svc().record_gate(
+            task_id,
+            body.exit_code,
+            gate=body.gate,
+            strategy=body.strategy,
+            error=body.error,
+            output=body.output,
+        )
+        return answered(response, decision)
+
+    @app.post("/tasks/{task_id}/entropy", tags=["tasks"])
+    def report_entropy(
+        task_id: str, body: EntropyBody, response: Response
+    ) -> EntropyDecision:
+        return answered(response, svc().report_entropy(task_id, body.score))
+
+    @app.post("/tasks/{task_id}/lessons", status_code=201, tags=["tasks"])
+    def log_lesson(task_id: str, body: LessonBody, response: Response) -> Lesson:
+        lesson = svc().log_lesson(task_id, body.failed_strategy, body.rca_summary)
+        return answered(response, lesson)
+
+    @app.post("/tasks/{task_id}/resume", tags=["humans"])
+    def resume(task_id: str, body: ActionBody, response: Response) -> ActionResult:
+        done = svc().resume(task_id, actor=body.actor, reason=body.reason)
+        return answered(response, done)
+
+    @app.post("/tasks/{task_id}/rewind", tags=["humans"])
+    def rewind(task_id: str, body: RewindBody, response: Response) -> ActionResult:
+        done = svc().rewind(
+            task_id, actor=body.actor, reason=body.reason, to_commit=body.to_commit
+        )
+        return answered(response, done)
+
+    @app.post("/tasks/{task_id}/skip", tags=["humans"])
+    def skip(task_id: str, body: ActionBody, response: Response) -> ActionResult:
+        done = svc().skip(task_id, actor=body.actor, reason=body.reason)
+        return answered(response, done)
+
+    @app.post("/tasks/{task_id}/claim", tags=["humans"])
+    def claim(task_id: str, body: ClaimBody, response: Response) -> ActionResult:
+        return answered(response, svc().claim_handoff(task_id, actor=body.actor))
+
+    @app.post("/tasks/{task_id}/resolve", tags=["humans"])
+    def resolve(task_id: str, body: ResolveBody, response: Response) -> ActionResult:
+        done = svc().resolve_handoff(
+            task_id, actor=body.actor, resolution=body.resolution, reason=body.reason
+        )
+        return answered(response, done)
+
+    # ------------------------------------------------------------- queries
+
+    @app.get("/runs/{run_id}", tags=["runs"])
+    def run_state(
+        run_id: str, after: AfterQuery = None, x_after: AfterHeaderValue = None
+    ) -> RunState:
+        caught_up(after, x_after)
+        return svc().run_state(run_id)
+
+    @app.get("/tasks", tags=["tasks"])
+    def tasks(
+        state: str | None = None,
+        run_id: str | None = None,
+        after: AfterQuery = None,
+        x_after: AfterHeaderValue = None,
+    ) -> list[TaskIndexEntry]:
+        caught_up(after, x_after)
+        chosen: Any = state  # the service says which states there are
+        return svc().tasks(state=chosen, run_id=run_id)
+
+    @app.get("/tasks/{task_id}", tags=["tasks"])
+    def task(task_id: str) -> TaskSummary:
+        """The task as its events say now (read from the log: always current)."""
+        return svc().task(task_id)
+
+    @app.get("/tasks/{task_id}/gate-status", tags=["tasks"])
+    def gate_status(
+        task_id: str, after: AfterQuery = None, x_after: AfterHeaderValue = None
+    ) -> GateStatus:
+        caught_up(after, x_after)
+        return svc().gate_status(task_id)
+
+    @app.get("/tasks/{task_id}/lessons", tags=["tasks"])
+    def lessons(
+        task_id: str, after: AfterQuery = None, x_after: AfterHeaderValue = None
+    ) -> list[Lesson]:
+        caught_up(after, x_after)
+        return svc().lessons(task_id)
+
+    @app.get("/tasks/{task_id}/failure-report", tags=["tasks"])
+    def failure_report(
+        task_id: str, after: AfterQuery = None, x_after: AfterHeaderValue = None
+    ) -> FailureReport:
+        caught_up(after, x_after)
+        return svc().failure_report(task_id)
+
+    @app.get("/tasks/{task_id}/history", tags=["tasks"])
+    def history(
+        task_id: str,
+        after_version: Annotated[
+            int, Query(description="start after this version")
+        ] = 0,
+        limit: Annotated[
+            int | None, Query(description="at most this many events")
+        ] = None,
+    ) -> list[HistoryEntry]:
+        """The audited history, a page at a time (read from the log)."""
+        return svc().history(task_id, after=after_version, limit=limit)
+
+    @app.get("/tasks/{task_id}/history/{version}", tags=["tasks"])
+    def state_at(task_id: str, version: int) -> TaskSummary:
+        """The task as it was right after event number ``version``."""
+        return svc().state_at(task_id, version)
+
+    @app.get("/tasks/{task_id}/blacklist", tags=["tasks"])
+    def blacklist(
+        task_id: str,
+        candidate: str | None = None,
+        after: AfterQuery = None,
+        x_after: AfterHeaderValue = None,
+    ) -> BlacklistAnswer:
+        caught_up(after, x_after)
+        service = svc()
+        return BlacklistAnswer(
+            task_id=task_id,
+            candidate=candidate,
+            blacklisted=None
+            if candidate is None
+            else service.is_strategy_blacklisted(task_id, candidate),
+            directive=service.blacklist_directive(task_id),
+        )
+
+    @app.get("/sessions", tags=["humans"])
+    def sessions(
+        after: AfterQuery = None, x_after: AfterHeaderValue = None
+    ) -> list[PendingSession]:
+        caught_up(after, x_after)
+        return svc().pending_sessions()
+
+    @app.get("/handoffs", tags=["humans"])
+    def handoffs(
+        after: AfterQuery = None, x_after: AfterHeaderValue = None
+    ) -> list[HandoffEntry]:
+        caught_up(after, x_after)
+        return svc().handoff_queue()
+
+    @app.get("/notifications", tags=["notifications"])
+    def notifications(
+        after: Annotated[int, Query(description="log position to start after")] = 0,
+        limit: Annotated[
+            int, Query(description="at most this many (1 to 10,000)")
+        ] = 100,
+    ) -> list[Notification]:
+        """Escalations, pauses, hand-offs and blocked attempts, in log order."""
+        return svc().notifications(after=after, limit=limit)
+
+    @app.get(
+        "/notifications/stream",
+        tags=["notifications"],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/event-stream": {}}}},
+    )
+    def stream(
+        after: Annotated[int, Query(description="log position to start after")] = 0,
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    ) -> StreamingResponse:
+        """Server-Sent Events: each notification as it is recorded, ``id:`` its
+        log position, ``data:`` its JSON. A client reconnecting with
+        ``Last-Event-ID`` misses nothing."""
+        start = after
+        if last_event_id is not None:
+            try:
+                start = int(last_event_id)
+            except ValueError:
+                msg = f"Last-Event-ID must be an integer, got {last_event_id[:40]!r}"
+                raise InvalidInput(msg, field="Last-Event-ID") from None
+        svc().notifications(after=start, limit=1)  # a bad position fails here, as 422
+        return StreamingResponse(_events(svc, start), media_type="text/event-stream")
+
+    return app
+
+
+def _events(svc: Callable[[], RecoveryService], after: int) -> Iterator[bytes]:
+    """The SSE stream from ``after`` on, until the client goes away."""
+    position = after
+    quiet_since = time.monotonic()
+    yield b"retry: 1000\n\n"
+    while True:
+        found = svc().notifications(after=position, limit=100)
+        for notification in found:
+            data = orjson.dumps(notification.model_dump(mode="json"))
+            yield b"id: %d\ndata: %s\n\n" % (notification.position, data)
+            position = notification.position
+        if found:
+            quiet_since = time.monotonic()
+            continue
+        if time.monotonic() - quiet_since >= STREAM_HEARTBEAT:
+            yield b": still here\n\n"
+            quiet_since = time.monotonic()
+        time.sleep(STREAM_POLL)
+        yield b""  # sends nothing; lets the server stop a stream whose client left
+
+
+# ------------------------------------------------------------------ serving
+
+
+def app_from_env() -> FastAPI:
+    """The app ``devs serve`` runs in each worker: the database from
+    ``DEVS_DB`` (default ./devs_state.sqlite), the token from
+    ``DEVS_API_TOKEN``, the read-your-writes bound from ``DEVS_READ_WAIT``."""
+    db = os.environ.get(DB_ENV) or DEFAULT_DB
+    token = os.environ.get(TOKEN_ENV) or None
+    wait = os.environ.get(READ_WAIT_ENV)
+    try:
+        read_wait = DEFAULT_READ_WAIT if wait is None else float(wait)
+    except ValueError:
+        read_wait = -1.0
+    if not 0 < read_wait <= 300:
+        msg = f"{READ_WAIT_ENV} must be a number of seconds in (0, 300], got {wait!r}"
+        raise InvalidInput(msg, field=READ_WAIT_ENV)
+
+    def open_service() -> RecoveryService:
+        return RecoveryService(env={"SQLITE_DBNAME": db})
+
+    return create_app(open_service, token=token, read_wait=read_wait)

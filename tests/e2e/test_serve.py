@@ -1,0 +1,146 @@
+"""``devs serve`` as a user runs it: a real server process, a real HTTP client."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+DEVS = str(Path(sys.executable).with_name("devs"))
+TOKEN = "e2e-token-abcdefghijkl"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class Server:
+    def __init__(self, db: Path, *extra: str, token: str | None = TOKEN) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "DEVS_API_TOKEN": token or ""}
+        self.process = subprocess.Popen(
+            [DEVS, "--db", str(db), "serve", "--port", str(self.port), *extra],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = httpx.Client(base_url=self.url, headers=headers, timeout=10)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if self.client.get("/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                _, errors = self.process.communicate(timeout=5)
+                raise AssertionError(f"devs serve did not come up: {errors}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.client.close()
+        self.process.terminate()
+        self.process.communicate(timeout=30)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    running = Server(tmp_path / "state.sqlite", "--workers", "2")
+    yield running
+    running.stop()
+
+
+def post(server: Server, path: str, body: dict[str, Any]) -> Any:
+    response = server.client.post(path, json=body)
+    assert response.status_code in (200, 201), response.text
+    return response.json()
+
+
+def read_events(lines: Iterator[str], count: int) -> list[tuple[int, dict[str, Any]]]:
+    """``count`` SSE events (id, data) from a stream's lines."""
+    events: list[tuple[int, dict[str, Any]]] = []
+    event_id: int | None = None
+    for line in lines:
+        if line.startswith("id: "):
+            event_id = int(line[4:])
+        elif line.startswith("data: "):
+            assert event_id is not None
+            events.append((event_id, json.loads(line[6:])))
+            if len(events) == count:
+                return events
+    raise AssertionError("the stream ended")
+
+
+def test_the_ladder_and_the_stream_over_http(server: Server) -> None:
+    post(server, "/tasks", {"task_id": "t1"})
+    with server.client.stream("GET", "/notifications/stream") as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        lines = stream.iter_lines()
+        for _ in range(3):
+            decision = post(server, "/tasks/t1/gates", {"exit_code": 1, "error": "e"})
+        assert decision["outcome"] == "escalate"
+        [(first_id, escalated)] = read_events(lines, 1)
+        assert escalated["kind"] == "USER_ESCALATION"
+        assert escalated["task_id"] == "t1"
+    # while no client listens, more is recorded ...
+    post(server, "/tasks/t1/resume", {"actor": "ann", "reason": "go"})
+    post(server, "/tasks", {"task_id": "t2"})
+    post(server, "/tasks/t2/entropy", {"score": 0.99})
+    # ... and a client reconnecting with Last-Event-ID misses none of it
+    headers = {"Last-Event-ID": str(first_id)}
+    with server.client.stream(
+        "GET", "/notifications/stream", headers=headers
+    ) as stream:
+        [(later_id, paused)] = read_events(stream.iter_lines(), 1)
+    assert later_id > first_id
+    assert (paused["kind"], paused["task_id"]) == ("TASK_PAUSED", "t2")
+    # read your writes, on either worker
+    written = server.client.post("/tasks", json={"task_id": "t3"})
+    position = written.headers["X-Devs-Position"]
+    for _ in range(4):
+        tasks = server.client.get("/tasks", params={"after": position}).json()
+        assert "t3" in {entry["task_id"] for entry in tasks}
+    assert server.client.get("/readyz").json()["ready"] is True
+
+
+def test_the_token_is_checked(server: Server) -> None:
+    anonymous = httpx.Client(base_url=server.url, timeout=10)
+    try:
+        assert anonymous.get("/healthz").json() == {"ok": True}
+        refused = anonymous.get("/tasks")
+        assert refused.status_code == 401
+        assert refused.json()["error"] == "unauthorized"
+    finally:
+        anonymous.close()
+
+
+def test_serving_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key != "DEVS_API_TOKEN"}
+    result = subprocess.run(
+        [DEVS, "--db", str(tmp_path / "x.sqlite"), "serve", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 8
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "not a loopback address, without DEVS_API_TOKEN" in lines[0]
+    assert not (tmp_path / "x.sqlite").exists()

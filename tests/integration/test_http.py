@@ -1,0 +1,288 @@
+"""The HTTP API in process (FastAPI's TestClient): every endpoint, its errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from devs.adapters.http import create_app
+from devs.domain import RecoveryService
+from tests.helpers import event_count
+
+TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def client(db_path: Path) -> Iterator[TestClient]:
+    def open_service() -> RecoveryService:
+        return RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+
+    app = create_app(open_service, token=TOKEN, read_wait=0.3)
+    with TestClient(app, headers=AUTH) as test_client:
+        yield test_client
+
+
+def ok(response: Any, status: int = 200) -> Any:
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def error(response: Any, status: int, kind: str, field: str | None = None) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "detail", "field"}
+    assert body["error"] == kind
+    assert body["field"] == field
+    detail: str = body["detail"]
+    return detail
+
+
+def test_the_whole_ladder_over_http(client: TestClient) -> None:
+    run = ok(
+        client.post("/runs", json={"run_id": "r1", "dag": {"t1": [], "t2": ["t1"]}}),
+        201,
+    )
+    assert run["ready"] == ["t1"]
+    started = client.post(
+        "/tasks",
+        json={"task_id": "t1", "run_id": "r1", "agent": "a", "last_commit": "c1"},
+    )
+    assert ok(started, 201)["state"] == "RUNNING"
+    assert int(started.headers["X-Devs-Position"]) >= 2
+    attempt = ok(client.post("/tasks/t1/attempts", json={"strategy": "use a regex"}))
+    assert attempt["proceed"] is True
+    lesson = ok(
+        client.post(
+            "/tasks/t1/lessons",
+            json={"failed_strategy": "use a regex", "rca_summary": "cannot nest"},
+        ),
+        201,
+    )
+    assert lesson["failed_strategy"] == "use a regex"
+    blocked = ok(client.post("/tasks/t1/attempts", json={"strategy": "use a regex"}))
+    assert blocked["proceed"] is False
+    assert [s["task_id"] for s in ok(client.get("/sessions"))] == ["t1"]
+    ok(client.post("/tasks/t1/resume", json={"actor": "ann", "reason": "try else"}))
+    outcomes: list[str] = []
+    while "escalate" not in outcomes and len(outcomes) < 3:
+        decision = ok(
+            client.post("/tasks/t1/gates", json={"exit_code": 1, "error": "boom"})
+        )
+        outcomes.append(decision["outcome"])
+    assert outcomes[-1] == "escalate"
+    ok(client.post("/tasks/t1/rewind", json={"actor": "ann", "to_commit": "c0"}))
+    outcomes.clear()
+    while "hand_off" not in outcomes and len(outcomes) < 5:
+        decision = ok(client.post("/tasks/t1/gates", json={"exit_code": None}))
+        outcomes.append(decision["outcome"])
+        if decision["outcome"] == "escalate":
+            ok(client.post("/tasks/t1/resume", json={"actor": "ann"}))
+    assert outcomes[-1] == "hand_off"
+    queue = ok(client.get("/handoffs"))
+    assert [entry["payload"]["task_id"] for entry in queue] == ["t1"]
+    ok(client.post("/tasks/t1/claim", json={"actor": "bob"}))
+    resolved = ok(
+        client.post(
+            "/tasks/t1/resolve",
+            json={"actor": "bob", "resolution": "complete", "reason": "fixed it"},
+        )
+    )
+    assert resolved["state"] == "COMPLETED"
+    run = ok(client.get("/runs/r1"))
+    assert run["completed"] == ["t1"]
+    assert run["ready"] == ["t2"]
+    ok(client.post("/tasks", json={"task_id": "t2", "run_id": "r1"}), 201)
+    entropy = ok(client.post("/tasks/t2/entropy", json={"score": 0.9}))
+    assert entropy["triggered"] is True
+    ok(client.post("/tasks/t2/skip", json={"actor": "ann", "reason": "dup"}))
+    assert ok(client.get("/runs/r1"))["status"] == "COMPLETED"
+    kinds = [n["kind"] for n in ok(client.get("/notifications"))]
+    assert "HAND_OFF_REQUIRED" in kinds
+
+
+def test_queries(client: TestClient) -> None:
+    ok(client.post("/tasks", json={"task_id": "t1"}), 201)
+    ok(client.post("/tasks/t1/gates", json={"exit_code": 1, "error": "e1"}))
+    ok(
+        client.post(
+            "/tasks/t1/lessons", json={"failed_strategy": "s1", "rca_summary": "why"}
+        ),
+        201,
+    )
+    assert ok(client.get("/tasks/t1"))["consecutive_failures"] == 1
+    assert [t["task_id"] for t in ok(client.get("/tasks?state=GATE_FAILED"))] == ["t1"]
+    assert ok(client.get("/tasks?state=RUNNING")) == []
+    assert ok(client.get("/tasks/t1/gate-status"))["last_passed"] is False
+    assert ok(client.get("/tasks/t1/failure-report"))["failure_count"] == 1
+    assert [x["failed_strategy"] for x in ok(client.get("/tasks/t1/lessons"))] == ["s1"]
+    history = ok(client.get("/tasks/t1/history"))
+    assert [h["version"] for h in history] == [1, 2, 3]
+    page = ok(client.get("/tasks/t1/history?after_version=1&limit=1"))
+    assert page == history[1:2]
+    assert ok(client.get("/tasks/t1/history/1"))["state"] == "RUNNING"
+    blacklist = ok(client.get("/tasks/t1/blacklist?candidate=s1"))
+    assert blacklist["blacklisted"] is True
+    assert "s1" in blacklist["directive"]
+    assert ok(client.get("/tasks/t1/blacklist"))["blacklisted"] is None
+    assert ok(client.get("/readyz"))["ready"] is True
+
+
+def test_read_your_writes(client: TestClient) -> None:
+    written = client.post("/tasks", json={"task_id": "t1"})
+    position = int(written.headers["X-Devs-Position"])
+    entries = ok(client.get(f"/tasks?after={position}"))
+    assert [e["task_id"] for e in entries] == ["t1"]
+    header = {"X-Devs-After": str(position)}
+    assert ok(client.get("/tasks/t1/gate-status", headers=header))["state"] == "RUNNING"
+    late = error(client.get(f"/sessions?after={position + 5}"), 504, "not_caught_up")
+    assert f"position {position + 5}" in late
+    error(
+        client.get("/sessions", headers={"X-Devs-After": "soon"}),
+        422,
+        "invalid_input",
+        "X-Devs-After",
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field", "text"),
+    [
+        ("/tasks", {"task_id": ""}, "task_id", "task_id must not be empty"),
+        ("/tasks", {"task_id": "t", "extra": 1}, "extra", "Extra inputs"),
+        ("/tasks", {}, "task_id", "Field required"),
+        ("/tasks/t1/gates", {"exit_code": "1"}, "exit_code", "valid integer"),
+        ("/tasks/t1/gates", {"exit_code": 2**40}, "exit_code", "out of range"),
+        ("/tasks/t1/entropy", {"score": 1.5}, "score", "out of range [0, 1]"),
+        ("/tasks/t1/entropy", {"score": True}, "score", "valid number"),
+        ("/tasks/t1/attempts", {"strategy": "x" * 100_001}, "strategy", "characters"),
+        ("/tasks/t1/resume", {"actor": "a", "reason": ""}, "reason", "must not be"),
+        ("/runs", {"run_id": "r", "dag": {"a": ["a"]}}, "dag", "cycle"),
+    ],
+)
+def test_bad_values_are_422_and_write_nothing(
+    client: TestClient,
+    db_path: Path,
+    path: str,
+    body: dict[str, Any],
+    field: str,
+    text: str,
+) -> None:
+    ok(client.post("/tasks", json={"task_id": "t1"}), 201)
+    before = event_count(db_path)
+    detail = error(client.post(path, json=body), 422, "invalid_input", field)
+    assert text in detail
+    assert event_count(db_path) == before
+
+
+def test_malformed_json_is_400(client: TestClient, db_path: Path) -> None:
+    before = event_count(db_path) if db_path.exists() else 0
+    response = client.post(
+        "/tasks", content=b'{"task_id": ', headers={"Content-Type": "application/json"}
+    )
+    error(response, 400, "malformed_json")
+    assert (event_count(db_path) if db_path.exists() else 0) == before
+
+
+def test_unknown_ids_are_404(client: TestClient) -> None:
+    for response in (
+        client.get("/tasks/ghost"),
+        client.get("/tasks/ghost/gate-status"),
+        client.get("/tasks/ghost/history"),
+        client.get("/runs/ghost"),
+        client.post("/tasks/ghost/gates", json={"exit_code": 0}),
+    ):
+        assert "ghost" in error(response, 404, "not_found")
+
+
+def test_illegal_transitions_and_duplicates_are_409(client: TestClient) -> None:
+    ok(client.post("/tasks", json={"task_id": "t1"}), 201)
+    error(client.post("/tasks", json={"task_id": "t1"}), 409, "already_exists")
+    detail = error(
+        client.post("/tasks/t1/resume", json={"actor": "a"}), 409, "illegal_transition"
+    )
+    assert "cannot resume" in detail
+    error(
+        client.post("/tasks/t1/claim", json={"actor": "a"}), 409, "illegal_transition"
+    )
+
+
+def test_the_token_is_required_but_for_healthz(db_path: Path) -> None:
+    app = create_app(
+        lambda: RecoveryService(env={"SQLITE_DBNAME": str(db_path)}), token=TOKEN
+    )
+    with TestClient(app) as anonymous:
+        assert ok(anonymous.get("/healthz")) == {"ok": True}
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": TOKEN},
+        ):
+            response = anonymous.get("/tasks", headers=headers)
+            error(response, 401, "unauthorized")
+            assert response.headers["WWW-Authenticate"] == "Bearer"
+        error(anonymous.post("/tasks", json={"task_id": "t"}), 401, "unauthorized")
+        assert ok(anonymous.get("/tasks", headers=AUTH)) == []
+    assert not db_path.exists() or event_count(db_path) == 0
+
+
+def test_a_leaked_secret_is_redacted_in_answers(client: TestClient) -> None:
+    ok(client.post("/tasks", json={"task_id": "t1"}), 201)
+    key = "AKIA" + "IOSFODNN7EXAMPLE"
+    decision = client.post(
+        "/tasks/t1/gates", json={"exit_code": 1, "error": f"boom {key}"}
+    )
+    assert key not in decision.text
+    refused = client.post("/tasks", json={"task_id": f"t-{key}"})
+    assert key not in error(refused, 422, "invalid_input", "task_id")
+
+
+def test_openapi_documents_every_path_and_the_error_shape(client: TestClient) -> None:
+    document = ok(client.get("/openapi.json"))
+    paths = document["paths"]
+    for path in (
+        "/runs",
+        "/runs/{run_id}",
+        "/tasks",
+        "/tasks/{task_id}",
+        "/tasks/{task_id}/attempts",
+        "/tasks/{task_id}/gates",
+        "/tasks/{task_id}/entropy",
+        "/tasks/{task_id}/lessons",
+        "/tasks/{task_id}/resume",
+        "/tasks/{task_id}/rewind",
+        "/tasks/{task_id}/skip",
+        "/tasks/{task_id}/claim",
+        "/tasks/{task_id}/resolve",
+        "/tasks/{task_id}/gate-status",
+        "/tasks/{task_id}/failure-report",
+        "/tasks/{task_id}/history",
+        "/tasks/{task_id}/history/{version}",
+        "/tasks/{task_id}/blacklist",
+        "/sessions",
+        "/handoffs",
+        "/notifications",
+        "/notifications/stream",
+        "/healthz",
+        "/readyz",
+    ):
+        assert path in paths, path
+    gates = paths["/tasks/{task_id}/gates"]["post"]
+    for status in ("400", "401", "404", "409", "422"):
+        schema = gates["responses"][status]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/ErrorBody"}
+    assert "GateDecision" in document["components"]["schemas"]
+
+
+def test_a_bad_stream_position_is_422(client: TestClient) -> None:
+    error(
+        client.get("/notifications/stream", headers={"Last-Event-ID": "x"}),
+        422,
+        "invalid_input",
+        "Last-Event-ID",
+    )
+    error(client.get("/notifications/stream?after=-1"), 422, "invalid_input", "after")
