@@ -30,6 +30,7 @@ from fastapi import FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from devs.domain import (
     ActionResult,
@@ -169,6 +170,13 @@ _ERRORS: tuple[tuple[type[DevsError], int, str], ...] = (
     (StoreError, 503, "store_unavailable"),
     (DevsError, 409, "refused"),
 )
+_HTTP_KINDS = {
+    400: "malformed_json",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    415: "unsupported_media_type",
+}
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": description}
     for status, description in (
@@ -266,6 +274,16 @@ def create_app(
         field = where[0] if where else None
         detail = f"{'.'.join(where)}: {first['msg']}" if where else str(first["msg"])
         return error_response(422, "invalid_input", detail, field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
+        """FastAPI's own refusals (a body it cannot parse, an unknown path, a
+        wrong method) in the same shape."""
+        kind = _HTTP_KINDS.get(error.status_code, "bad_request")
+        answer = error_response(error.status_code, kind, str(error.detail))
+        for name, value in (error.headers or {}).items():
+            answer.headers[name] = value
+        return answer
 
     @app.exception_handler(NotYet)
     async def not_yet(_: Request, error: NotYet) -> JSONResponse:

@@ -188,6 +188,14 @@ def test_malformed_json_is_400(client: TestClient, db_path: Path) -> None:
     assert (event_count(db_path) if db_path.exists() else 0) == before
 
 
+def test_the_frameworks_refusals_have_the_same_shape(client: TestClient) -> None:
+    assert "Not Found" in error(client.get("/nowhere"), 404, "not_found")
+    error(client.delete("/tasks"), 405, "method_not_allowed")
+    form = client.post("/tasks", content=b"task_id=t1", headers={"Content-Type": "x"})
+    assert form.status_code in (400, 422)
+    assert set(form.json()) == {"error", "detail", "field"}
+
+
 def test_unknown_ids_are_404(client: TestClient) -> None:
     for response in (
         client.get("/tasks/ghost"),
