@@ -564,12 +564,8 @@ def _events(svc: Callable[[], RecoveryService], after: int) -> Iterator[bytes]:
 # ------------------------------------------------------------------ serving
 
 
-def app_from_env() -> FastAPI:
-    """The app ``devs serve`` runs in each worker: the database from
-    ``DEVS_DB`` (default ./devs_state.sqlite), the token from
-    ``DEVS_API_TOKEN``, the read-your-writes bound from ``DEVS_READ_WAIT``."""
-    db = os.environ.get(DB_ENV) or DEFAULT_DB
-    token = os.environ.get(TOKEN_ENV) or None
+def read_wait_from_env() -> float:
+    """``DEVS_READ_WAIT`` in seconds, in (0, 300]; ``InvalidInput`` otherwise."""
     wait = os.environ.get(READ_WAIT_ENV)
     try:
         read_wait = DEFAULT_READ_WAIT if wait is None else float(wait)
@@ -578,6 +574,16 @@ def app_from_env() -> FastAPI:
     if not 0 < read_wait <= 300:
         msg = f"{READ_WAIT_ENV} must be a number of seconds in (0, 300], got {wait!r}"
         raise InvalidInput(msg, field=READ_WAIT_ENV)
+    return read_wait
+
+
+def app_from_env() -> FastAPI:
+    """The app ``devs serve`` runs in each worker: the database from
+    ``DEVS_DB`` (default ./devs_state.sqlite), the token from
+    ``DEVS_API_TOKEN``, the read-your-writes bound from ``DEVS_READ_WAIT``."""
+    db = os.environ.get(DB_ENV) or DEFAULT_DB
+    token = os.environ.get(TOKEN_ENV) or None
+    read_wait = read_wait_from_env()
 
     def open_service() -> RecoveryService:
         return RecoveryService(env={"SQLITE_DBNAME": db})

@@ -8,6 +8,7 @@ import os
 import click
 
 from devs.adapters.cli.base import Context, ExitCode, cli, fail, pass_context
+from devs.domain import InvalidInput
 from devs.domain.application import DB_ENV
 
 
@@ -37,7 +38,9 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
     With DEVS_API_TOKEN set, every request but /healthz needs
     `Authorization: Bearer <token>`; a non-loopback --host needs it.
     """
-    import uvicorn
+    import uvicorn  # the server's libraries load only for this command
+
+    from devs.adapters.http import read_wait_from_env
 
     if not is_loopback(host) and not os.environ.get("DEVS_API_TOKEN"):
         fail(
@@ -45,6 +48,10 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
             "without DEVS_API_TOKEN: set a token, or bind 127.0.0.1",
             ExitCode.REFUSED,
         )
+    try:
+        read_wait_from_env()  # checked here, not in each worker
+    except InvalidInput as error:
+        fail(str(error), ExitCode.BAD_INPUT)
     os.environ[DB_ENV] = ctx.db  # the workers open the same database
     # Opened once here, so a database that cannot be used fails now, in one line.
     ctx.app.close()

@@ -144,3 +144,18 @@ def test_serving_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
     assert len(lines) == 1
     assert "not a loopback address, without DEVS_API_TOKEN" in lines[0]
     assert not (tmp_path / "x.sqlite").exists()
+
+
+def test_a_bad_read_wait_is_refused_in_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [DEVS, "--db", str(tmp_path / "x.sqlite"), "serve"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DEVS_READ_WAIT": "forever"},
+        check=False,
+    )
+    assert result.returncode == 6
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "DEVS_READ_WAIT must be a number of seconds in (0, 300]" in lines[0]
