@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+
+from devs.adapters.sandbox import sandbox_unavailable
 
 
 def event_count(db_path: Path) -> int:
@@ -60,3 +63,13 @@ def levenshtein(a: str, b: str) -> int:
             )
         previous = current
     return previous[-1]
+
+
+def require_bwrap() -> None:
+    """Skip where bwrap cannot sandbox here; in CI (which installs it), fail."""
+    why = sandbox_unavailable()
+    if why is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the sandboxed gate tests, but {why}")
+    pytest.skip(why)

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from devs.adapters.sandbox import sandbox_unavailable
-from tests.helpers import event_count
+from tests.helpers import event_count, require_bwrap
 
 DEVS = str(Path(sys.executable).with_name("devs"))
 PY = sys.executable
@@ -418,16 +417,6 @@ def test_environment_is_scrubbed_for_gates(devs: Devs) -> None:
     )
     last = devs.json("task", "show", "t1")["failure_history"][-1]
     assert last["output_excerpt"].strip() == "value: xyz"
-
-
-def require_bwrap() -> None:
-    """Skip where bwrap cannot sandbox here; in CI (which installs it), fail."""
-    why = sandbox_unavailable()
-    if why is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"CI must run the sandboxed gate tests, but {why}")
-    pytest.skip(why)
 
 
 @pytest.fixture

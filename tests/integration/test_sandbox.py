@@ -21,23 +21,13 @@ from devs.adapters.sandbox import (
     GateRun,
     Isolation,
     run_gate,
-    sandbox_unavailable,
     scrub_environment,
 )
 from devs.domain import InvalidInput
 from devs.domain.redaction import error_hash
+from tests.helpers import require_bwrap
 
 PY = sys.executable
-
-
-def require_bwrap() -> None:
-    """Skip where bwrap cannot sandbox here; in CI, fail instead."""
-    why = sandbox_unavailable()
-    if why is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"CI must run the sandboxed gate tests, but {why}")
-    pytest.skip(why)
 
 
 @pytest.fixture(params=["require", "none"])
