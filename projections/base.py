@@ -164,12 +164,7 @@ class SQLiteView(SQLiteTrackingRecorder):
             for statement in self.ddl:
                 cursor.execute(statement)
             if fresh:
-                cursor.execute(
-                    "DELETE FROM tracking WHERE application_name = ?",
-                    (self.tracking_name,),
-                )
-                self._insert_tracking(cursor, Tracking(self.tracking_name, 0))
-                self.bump_generation(cursor)
+                self._start_again(cursor)
         if fresh:
             self.forget()
         return fresh
@@ -251,13 +246,18 @@ class SQLiteView(SQLiteTrackingRecorder):
         with self._write() as cursor:
             for table in self.tables:
                 cursor.execute(f"DELETE FROM {table}")
-            cursor.execute(
-                "DELETE FROM tracking WHERE application_name = ?",
-                (self.tracking_name,),
-            )
-            self._insert_tracking(cursor, Tracking(self.tracking_name, 0))
-            self.bump_generation(cursor)
+            self._start_again(cursor)
         self.forget()
+
+    def _start_again(self, cursor: SQLiteCursor) -> None:
+        """Within ``cursor``'s transaction: position 0, a new generation (the
+        single-row tracking upsert never moves a position back, so the row
+        goes first)."""
+        cursor.execute(
+            "DELETE FROM tracking WHERE application_name = ?", (self.tracking_name,)
+        )
+        self._insert_tracking(cursor, Tracking(self.tracking_name, 0))
+        self.bump_generation(cursor)
 
     @staticmethod
     def _insert(
