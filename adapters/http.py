@@ -7,6 +7,11 @@ them. Errors are one JSON shape, :class:`ErrorBody`: 404 for an unknown id,
 malformed JSON, 401 without the API token, 503 when the store cannot be used,
 504 when a read-your-writes wait runs out. Bad input never writes.
 
+Every command takes an ``Idempotency-Key`` header: sent again with the same
+key and body (after a timeout, to another worker, after a restart), it records
+nothing new and answers as the first time; the same key with another body is
+a 422 (``RecoveryService.exactly_once``).
+
 Every command answer carries ``X-Devs-Position``: a log position at or past
 the command's own events. A query given ``?after=N`` (or ``X-Devs-After: N``)
 first waits, bounded by ``DEVS_READ_WAIT`` seconds, until the read models have
@@ -66,6 +71,7 @@ STREAM_POLL = 0.25  # seconds between looks at the log for new notifications
 STREAM_HEARTBEAT = 15.0  # seconds between comment lines on a quiet stream
 POSITION_HEADER = "X-Devs-Position"
 AFTER_HEADER = "X-Devs-After"
+KEY_HEADER = "Idempotency-Key"
 T = TypeVar("T")
 
 AfterQuery = Annotated[
@@ -73,6 +79,16 @@ AfterQuery = Annotated[
 ]
 AfterHeaderValue = Annotated[
     str | None, Header(alias=AFTER_HEADER, description="as ?after=")
+]
+KeyHeader = Annotated[
+    str | None,
+    Header(
+        alias=KEY_HEADER,
+        description=(
+            "names this command: sent again with the same key and body, it "
+            "records nothing new and answers as the first time"
+        ),
+    ),
 ]
 
 
@@ -289,9 +305,28 @@ def create_app(
     async def not_yet(_: Request, error: NotYet) -> JSONResponse:
         return error_response(504, "not_caught_up", str(error))
 
-    def answered(response: Response, value: T) -> T:
-        """A command's answer, with the log position it reached."""
-        position = svc().recorder.max_notification_id() or 0
+    def command(
+        response: Response,
+        key: str | None,
+        path: str,
+        body: Body,
+        call: Callable[[RecoveryService], T],
+    ) -> T:
+        """Do a command (once per ``Idempotency-Key``, when one is given) and
+        answer it, with the log position it reached."""
+        service = svc()
+        if key is None:
+            value = call(service)
+        else:
+            request = f"POST {path}\n{body.model_dump_json()}"
+            try:
+                with service.exactly_once(key, request):
+                    value = call(service)
+            except InvalidInput as error:
+                if error.field in ("idempotency_key", "key"):
+                    error.field = KEY_HEADER
+                raise
+        position = service.recorder.max_notification_id() or 0
         response.headers[POSITION_HEADER] = str(position)
         return value
 
@@ -338,75 +373,151 @@ def create_app(
     # ------------------------------------------------------------ commands
 
     @app.post("/runs", status_code=201, tags=["runs"])
-    def start_run(body: StartRunBody, response: Response) -> RunState:
-        return answered(response, svc().start_run(body.run_id, body.dag))
+    def start_run(
+        body: StartRunBody, response: Response, key: KeyHeader = None
+    ) -> RunState:
+        return command(
+            response, key, "/runs", body, lambda s: s.start_run(body.run_id, body.dag)
+        )
 
     @app.post("/tasks", status_code=201, tags=["tasks"])
-    def start_task(body: StartTaskBody, response: Response) -> TaskSummary:
-        started = svc().start_task(
-            body.task_id,
-            run_id=body.run_id,
-            agent=body.agent,
-            last_commit=body.last_commit,
+    def start_task(
+        body: StartTaskBody, response: Response, key: KeyHeader = None
+    ) -> TaskSummary:
+        return command(
+            response,
+            key,
+            "/tasks",
+            body,
+            lambda s: s.start_task(
+                body.task_id,
+                run_id=body.run_id,
+                agent=body.agent,
+                last_commit=body.last_commit,
+            ),
         )
-        return answered(response, started)
 
     @app.post("/tasks/{task_id}/attempts", tags=["tasks"])
     def begin_attempt(
-        task_id: str, body: AttemptBody, response: Response
+        task_id: str, body: AttemptBody, response: Response, key: KeyHeader = None
     ) -> AttemptDecision:
-        return answered(response, svc().begin_attempt(task_id, body.strategy))
+        return command(
+            response,
+            key,
+            f"/tasks/{task_id}/attempts",
+            body,
+            lambda s: s.begin_attempt(task_id, body.strategy),
+        )
 
     @app.post("/tasks/{task_id}/gates", tags=["tasks"])
-    def record_gate(task_id: str, body: GateBody, response: Response) -> GateDecision:
-        decision = svc().record_gate(
-            task_id,
-            body.exit_code,
-            gate=body.gate,
-            strategy=body.strategy,
-            error=body.error,
-            output=body.output,
+    def record_gate(
+        task_id: str, body: GateBody, response: Response, key: KeyHeader = None
+    ) -> GateDecision:
+        return command(
+            response,
+            key,
+            f"/tasks/{task_id}/gates",
+            body,
+            lambda s: s.record_gate(
+                task_id,
+                body.exit_code,
+                gate=body.gate,
+                strategy=body.strategy,
+                error=body.error,
+                output=body.output,
+            ),
         )
-        return answered(response, decision)
 
     @app.post("/tasks/{task_id}/entropy", tags=["tasks"])
     def report_entropy(
-        task_id: str, body: EntropyBody, response: Response
+        task_id: str, body: EntropyBody, response: Response, key: KeyHeader = None
     ) -> EntropyDecision:
-        return answered(response, svc().report_entropy(task_id, body.score))
+        return command(
+            response,
+            key,
+            f"/tasks/{task_id}/entropy",
+            body,
+            lambda s: s.report_entropy(task_id, body.score),
+        )
 
     @app.post("/tasks/{task_id}/lessons", status_code=201, tags=["tasks"])
-    def log_lesson(task_id: str, body: LessonBody, response: Response) -> Lesson:
-        lesson = svc().log_lesson(task_id, body.failed_strategy, body.rca_summary)
-        return answered(response, lesson)
+    def log_lesson(
+        task_id: str, body: LessonBody, response: Response, key: KeyHeader = None
+    ) -> Lesson:
+        return command(
+            response,
+            key,
+            f"/tasks/{task_id}/lessons",
+            body,
+            lambda s: s.log_lesson(task_id, body.failed_strategy, body.rca_summary),
+        )
 
     @app.post("/tasks/{task_id}/resume", tags=["humans"])
-    def resume(task_id: str, body: ActionBody, response: Response) -> ActionResult:
-        done = svc().resume(task_id, actor=body.actor, reason=body.reason)
-        return answered(response, done)
+    def resume(
+        task_id: str, body: ActionBody, response: Response, key: KeyHeader = None
+    ) -> ActionResult:
+        return command(
+            response,
+            key,
+            f"/tasks/{task_id}/resume",
+            body,
+            lambda s: s.resume(task_id, actor=body.actor, reason=body.reason),
+        )
 
     @app.post("/tasks/{task_id}/rewind", tags=["humans"])
-    def rewind(task_id: str, body: RewindBody, response: Response) -> ActionResult:
-        done = svc().rewind(
-            task_id, actor=body.actor, reason=body.reason, to_commit=body.to_commit
+    def rewind(
+        task_id: str, body: RewindBody, response: Response, key: KeyHeader = None
+    ) -> ActionResult:
+        return command(
+            response,
+            key,
+            f"/tasks/{task_id}/rewind",
+            body,
+            lambda s: s.rewind(
+                task_id, actor=body.actor, reason=body.reason, to_commit=body.to_commit
+            ),
         )
-        return answered(response, done)
 
     @app.post("/tasks/{task_id}/skip", tags=["humans"])
-    def skip(task_id: str, body: ActionBody, response: Response) -> ActionResult:
-        done = svc().skip(task_id, actor=body.actor, reason=body.reason)
-        return answered(response, done)
+    def skip(
+        task_id: str, body: ActionBody, response: Response, key: KeyHeader = None
+    ) -> ActionResult:
+        return command(
+            response,
+            key,
+            f"/tasks/{task_id}/skip",
+            body,
+            lambda s: s.skip(task_id, actor=body.actor, reason=body.reason),
+        )
 
     @app.post("/tasks/{task_id}/claim", tags=["humans"])
-    def claim(task_id: str, body: ClaimBody, response: Response) -> ActionResult:
-        return answered(response, svc().claim_handoff(task_id, actor=body.actor))
+    def claim(
+        task_id: str, body: ClaimBody, response: Response, key: KeyHeader = None
+    ) -> ActionResult:
+        return command(
+            response,
+            key,
+            f"/tasks/{task_id}/claim",
+            body,
+            lambda s: s.claim_handoff(task_id, actor=body.actor),
+        )
 
     @app.post("/tasks/{task_id}/resolve", tags=["humans"])
-    def resolve(task_id: str, body: ResolveBody, response: Response) -> ActionResult:
-        done = svc().resolve_handoff(
-            task_id, actor=body.actor, resolution=body.resolution, reason=body.reason
+    def resolve(
+        task_id: str, body: ResolveBody, response: Response, key: KeyHeader = None
+    ) -> ActionResult:
+        return command(
+            response,
+            key,
+            f"/tasks/{task_id}/resolve",
+            body,
+            lambda s: s.resolve_handoff(
+                task_id,
+                actor=body.actor,
+                resolution=body.resolution,
+                reason=body.reason,
+            ),
         )
-        return answered(response, done)
 
     # ------------------------------------------------------------- queries
 

@@ -17,7 +17,8 @@ answer is built from the saved aggregates is :mod:`devs.domain.decisions`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from eventsourcing.application import AggregateNotFoundError
@@ -26,7 +27,7 @@ from eventsourcing.utils import EnvType, get_topic, resolve_topic
 
 from devs.domain import blacklist, journal
 from devs.domain.chart import WAITING, Trigger, destination
-from devs.domain.commands import TaskCommands, store_errors
+from devs.domain.commands import RECEIPT, TaskCommands, store_errors
 from devs.domain.decisions import (
     ActionResult,
     AttemptDecision,
@@ -62,8 +63,9 @@ from devs.domain.ports import (
     TaskIndexEntry,
     Verification,
 )
+from devs.domain.receipt import Pending, Receipt
 from devs.domain.run import Run
-from devs.domain.task import Task
+from devs.domain.task import HumanSession, Task
 from devs.domain.values import (
     Actor,
     AgentName,
@@ -73,11 +75,13 @@ from devs.domain.values import (
     ErrorText,
     ExitCode,
     GateName,
+    IdempotencyKey,
     Limit,
     OutputText,
     Position,
     RcaSummary,
     Reason,
+    RequestText,
     ResolutionName,
     RunId,
     StateName,
@@ -141,17 +145,47 @@ class RecoveryService(TaskCommands):
 
     # =============================================================== commands
 
+    @contextmanager
+    def exactly_once(self, key: str, request: str) -> Iterator[None]:
+        """Within this block, commands are done once per ``key``.
+
+        ``key`` is the caller's name for one command (1-255 visible ASCII
+        characters), ``request`` what it asked, as the caller writes it down
+        (only its SHA-256 is kept). The command's events are saved with a
+        receipt holding its answer, in one transaction; sent again with the
+        same key and request — after a crash, from another process — it
+        writes nothing and returns the first answer. The same key with another
+        request is ``InvalidInput`` (field ``idempotency_key``). A refused
+        command leaves no receipt: sent again, it is decided again.
+
+        One command per block: the key names one command.
+        """
+        token = RECEIPT.set(_pending(key, request))
+        try:
+            yield
+        finally:
+            RECEIPT.reset(token)
+
     @api
     def start_run(self, run_id: RunId, dag: Dag) -> RunState:
         """Start a run over ``dag`` (node -> prerequisites); nodes are task ids."""
+        receipt = RECEIPT.get()
+        if receipt is not None and (issued := self._issued(receipt)) is not None:
+            return issued  # type: ignore[no-any-return]
         run = Run.start(run_id, dag)
         with self._locks.run(run_id):  # once saved, the run is in the shared cache
+            answer = run_state_of(run)
             try:
-                self._commit(run)
+                if receipt is None:
+                    self._commit(run)
+                else:
+                    self._commit(run, Receipt.issue(receipt, answer))
             except IntegrityError:
+                if receipt is not None and (issued := self._issued(receipt)):
+                    return issued  # type: ignore[no-any-return]
                 msg = f"run {run_id!r} was already started"
                 raise AlreadyExists(msg) from None
-            return run_state_of(run)
+            return answer
 
     @api
     def start_task(
@@ -173,15 +207,16 @@ class RecoveryService(TaskCommands):
                 policy=self.policy,
             )
 
-        with self._create(task_id, run_id, make) as task:
-            return task_summary(task)
+        return self._create(task_id, run_id, make, task_summary)
 
     @api
     def begin_attempt(self, task_id: TaskId, strategy: Strategy) -> AttemptDecision:
         """Check a strategy against the task's lessons before any LLM call."""
-        with self._command(task_id, lambda t: t.begin_attempt(strategy)) as decided:
-            matched, task, _ = decided
-            return attempt_decision(task, matched)
+        return self._command(
+            task_id,
+            lambda t: t.begin_attempt(strategy),
+            lambda matched, task, _: attempt_decision(task, matched),
+        )
 
     @api
     def record_gate(
@@ -202,14 +237,15 @@ class RecoveryService(TaskCommands):
                 result, gate=gate, strategy=strategy, error=error, output=output
             )
 
-        with self._command(task_id, decide) as (_, task, run):
-            return gate_decision(task, run, result, gate)
+        return self._command(
+            task_id, decide, lambda _, task, run: gate_decision(task, run, result, gate)
+        )
 
     @api
     def report_entropy(self, task_id: TaskId, score: EntropyScore) -> EntropyDecision:
         """Pause the task for a human when the agent's entropy reaches the limit."""
-        with self._command(task_id, lambda t: t.report_entropy(score)) as decided:
-            session, task, _ = decided
+
+        def answer(session: HumanSession | None, task: Task, _: Run | None) -> Any:
             return EntropyDecision(
                 task_id=task.task_id,
                 score=score,
@@ -219,33 +255,39 @@ class RecoveryService(TaskCommands):
                 state=task.state,
             )
 
+        decision: EntropyDecision = self._command(
+            task_id, lambda t: t.report_entropy(score), answer
+        )
+        return decision
+
     @api
     def log_lesson(
         self, task_id: TaskId, failed_strategy: Strategy, rca_summary: RcaSummary
     ) -> Lesson:
         """Record what a root-cause analysis learned; the strategy is blacklisted."""
-        with self._command(
-            task_id, lambda t: t.log_lesson(failed_strategy, rca_summary)
-        ) as (logged, _, _):
-            pass
-        return Lesson(
-            task_id=task_id,
-            failed_strategy=logged.strategy,
-            rca_summary=logged.rca_summary,
-            logged_at=logged.timestamp,
+
+        def answer(logged: Task.LessonLogged, _: Task, __: Run | None) -> Lesson:
+            return Lesson(
+                task_id=task_id,
+                failed_strategy=logged.strategy,
+                rca_summary=logged.rca_summary,
+                logged_at=logged.timestamp,
+            )
+
+        return self._command(
+            task_id, lambda t: t.log_lesson(failed_strategy, rca_summary), answer
         )
 
     @api
     def resume(self, task_id: TaskId, *, actor: Actor, reason: Reason) -> ActionResult:
         """A human lets the agent go on after an escalation or a pause."""
-        with self._command(task_id, lambda t: t.resume(actor=actor, reason=reason)) as (
-            session_id,
-            task,
-            run,
-        ):
-            return action_result(
+        return self._command(
+            task_id,
+            lambda t: t.resume(actor=actor, reason=reason),
+            lambda session_id, task, run: action_result(
                 task, run, HumanAction.RESUME, actor, reason, session_id
-            )
+            ),
+        )
 
     @api
     def rewind(
@@ -257,10 +299,10 @@ class RecoveryService(TaskCommands):
         to_commit: CommitId | None = None,
     ) -> ActionResult:
         """A human sends the task back to work from a commit (default: its start)."""
-        with self._command(
-            task_id, lambda t: t.rewind(actor=actor, reason=reason, to_commit=to_commit)
-        ) as (session_id, task, run):
-            return action_result(
+        return self._command(
+            task_id,
+            lambda t: t.rewind(actor=actor, reason=reason, to_commit=to_commit),
+            lambda session_id, task, run: action_result(
                 task,
                 run,
                 HumanAction.REWIND,
@@ -268,27 +310,30 @@ class RecoveryService(TaskCommands):
                 reason,
                 session_id,
                 to_commit=task.last_commit,
-            )
+            ),
+        )
 
     @api
     def skip(self, task_id: TaskId, *, actor: Actor, reason: Reason) -> ActionResult:
         """A human skips the task; its run moves on."""
-        with self._command(task_id, lambda t: t.skip(actor=actor, reason=reason)) as (
-            session_id,
-            task,
-            run,
-        ):
-            return action_result(task, run, HumanAction.SKIP, actor, reason, session_id)
+        return self._command(
+            task_id,
+            lambda t: t.skip(actor=actor, reason=reason),
+            lambda session_id, task, run: action_result(
+                task, run, HumanAction.SKIP, actor, reason, session_id
+            ),
+        )
 
     @api
     def claim_handoff(self, task_id: TaskId, *, actor: Actor) -> ActionResult:
         """A human takes a handed-off task from the queue."""
-        with self._command(task_id, lambda t: t.claim_handoff(actor=actor)) as (
-            _,
-            task,
-            _,
-        ):
-            return action_result(task, None, HumanAction.CLAIM, actor, None, None)
+        return self._command(
+            task_id,
+            lambda t: t.claim_handoff(actor=actor),
+            lambda _, task, __: action_result(
+                task, None, HumanAction.CLAIM, actor, None, None
+            ),
+        )
 
     @api
     def resolve_handoff(
@@ -304,13 +349,13 @@ class RecoveryService(TaskCommands):
         The hand-off must have been claimed first.
         """
         chosen = Resolution(resolution)
-        with self._command(
+        return self._command(
             task_id,
             lambda t: t.resolve_handoff(actor=actor, resolution=chosen, reason=reason),
-        ) as (_, task, run):
-            return action_result(
+            lambda _, task, run: action_result(
                 task, run, HumanAction.RESOLVE, actor, reason, None, resolution=chosen
-            )
+            ),
+        )
 
     # ================================================================ queries
 
@@ -519,6 +564,11 @@ class RecoveryService(TaskCommands):
     def _require_task(self, task_id: str) -> None:
         self.read_models.catch_up()
         _found(self.read_models.task_entry(task_id), task_id)
+
+
+@validated
+def _pending(idempotency_key: IdempotencyKey, request: RequestText) -> Pending:
+    return Pending.of(idempotency_key, request)
 
 
 def _found(value: T | None, task_id: str) -> T:

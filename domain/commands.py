@@ -24,7 +24,8 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, nullcontext, suppress
+from contextvars import ContextVar
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from eventsourcing.application import (
@@ -47,6 +48,7 @@ from devs.domain.errors import (
 )
 from devs.domain.model import Aggregate
 from devs.domain.reactions import react
+from devs.domain.receipt import Pending, Receipt
 from devs.domain.run import Run
 from devs.domain.task import Task
 
@@ -59,6 +61,11 @@ LOCK_STRIPES = 64
 T = TypeVar("T")
 P = ParamSpec("P")
 R = TypeVar("R")
+A = TypeVar("A")
+
+
+def _nothing(_: Task) -> None:
+    """A decision that adds nothing (a new task's events are its own)."""
 
 
 def store_errors(func: Callable[P, R]) -> Callable[P, R]:
@@ -152,39 +159,52 @@ def _conflict(subject: str) -> Conflict:
     return Conflict(msg)
 
 
-class _Command:
-    """``TaskCommands._command``: a context manager written out as a class.
+RECEIPT: ContextVar[Pending | None] = ContextVar("devs_receipt", default=None)
+"""The receipt the commands of this context must leave (``exactly_once``)."""
 
-    ``__enter__`` gets the task and its run, lets the task decide, lets the run
-    react and saves, retrying as ``_command`` says; it returns ``(outcome,
-    task, run)`` holding the locks of the task and its run, which ``__exit__``
-    releases. (A generator-based ``contextmanager`` costs a few microseconds
-    more per command, on the path of every decision.)
+
+class _Command:
+    """``TaskCommands._command`` written out as a class.
+
+    ``run()`` gets the task and its run, lets the task decide, lets the run
+    react, builds the answer and saves, retrying as ``_command`` says. The
+    answer is built holding the locks of the task and its run, before the
+    save: a receipt (``exactly_once``) is saved with the events and holds it.
+    (A generator-based ``contextmanager`` costs a few microseconds more per
+    command, on the path of every decision.)
     """
 
-    __slots__ = ("_commands", "_decide", "_held", "_task_id")
+    __slots__ = ("_answer", "_commands", "_decide", "_held", "_task_id")
 
     def __init__(
-        self, commands: TaskCommands, task_id: str, decide: Callable[[Task], T]
+        self,
+        commands: TaskCommands,
+        task_id: str,
+        decide: Callable[[Task], Any],
+        answer: Callable[[Any, Task, Run | None], Any],
     ) -> None:
         self._commands = commands
         self._task_id = task_id
         self._decide = decide
+        self._answer = answer
         self._held: list[threading.Lock] = []
 
-    def __enter__(self) -> tuple[Any, Task, Run | None]:
+    def run(self) -> Any:
+        receipt = RECEIPT.get()
         for number in range(COMMAND_ATTEMPTS):
-            decided = self._try()
-            if decided is not None:
-                return decided
+            if receipt is not None:
+                issued = self._commands._issued(receipt)
+                if issued is not None:
+                    return issued
+            try:
+                return self._try(receipt)
+            except _Stale:
+                pass
             _Attempt(number).retry()
         raise _conflict(f"task {self._task_id!r}")
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._release()
-
-    def _try(self) -> tuple[Any, Task, Run | None] | None:
-        """One attempt: the decision, locks held; ``None`` (no locks) if stale."""
+    def _try(self, receipt: Pending | None) -> Any:
+        """One attempt: the answer; ``_Stale`` if decided on a stale cache."""
         commands, held = self._commands, self._held
         lock = commands._locks.task(self._task_id)
         lock.acquire()
@@ -196,19 +216,12 @@ class _Command:
                 lock.acquire()
                 held.append(lock)
             run = commands._run_of(task)
-            outcome = commands._decide_and_save(task, run, self._decide)
-        except _Stale:
-            self._release()
-            return None
-        except BaseException:
-            self._release()
-            raise
-        return outcome, task, run
-
-    def _release(self) -> None:
-        held = self._held
-        while held:
-            held.pop().release()
+            return commands._decide_and_save(
+                task, run, self._decide, self._answer, receipt
+            )
+        finally:
+            while held:
+                held.pop().release()
 
 
 class TaskCommands(Application[str]):
@@ -249,7 +262,8 @@ class TaskCommands(Application[str]):
         for aggregate in objs:
             if aggregate is not None:
                 events += aggregate.collect_events()
-                aggregates[aggregate.id] = aggregate
+                if not isinstance(aggregate, Receipt):  # never read back here
+                    aggregates[aggregate.id] = aggregate
         if kwargs:
             processing_event.saved_kwargs.update(kwargs)
         recordings = self._record(processing_event)
@@ -292,43 +306,60 @@ class TaskCommands(Application[str]):
                 [type(aggregate).Snapshot.take(aggregate) for aggregate in due.values()]
             )
 
-    @contextmanager
     def _create(
-        self, task_id: str, run_id: str | None, make: Callable[[], Task]
-    ) -> Iterator[Task]:
-        """Start a task (and its node in the run); yields it, locks held."""
+        self,
+        task_id: str,
+        run_id: str | None,
+        make: Callable[[], Task],
+        answer: Callable[[Task], A],
+    ) -> A:
+        """Start a task (and its node in the run); its answer is built, locks
+        held, before the save."""
+        receipt = RECEIPT.get()
         for attempt in self._attempts(f"task {task_id!r}"):
+            if receipt is not None:
+                issued = self._issued(receipt)
+                if issued is not None:
+                    return issued  # type: ignore[no-any-return]
             with self._locks.task(task_id), self._locks.run(run_id):
                 if self._find_task(task_id) is not None:
                     msg = f"task {task_id!r} was already started"
                     raise AlreadyExists(msg)
                 run = self._get_run(run_id) if run_id is not None else None
                 task = make()
-                try:
-                    self._decide_and_save(task, run, lambda _: None)
-                    saved = True
-                except _Stale:
-                    saved = False
-                if saved:
-                    yield task
-                    return
+                with suppress(_Stale):
+                    return self._decide_and_save(
+                        task, run, _nothing, lambda _, t, __: answer(t), receipt
+                    )
             attempt.retry()
+        raise AssertionError("unreachable: _attempts raises when they run out")
 
     def _command(
-        self, task_id: str, decide: Callable[[Task], T]
-    ) -> AbstractContextManager[tuple[T, Task, Run | None]]:
-        """Get the task and its run, let the task decide, let the run react, save.
+        self,
+        task_id: str,
+        decide: Callable[[Task], T],
+        answer: Callable[[T, Task, Run | None], A],
+    ) -> A:
+        """Get the task and its run, let the task decide, let the run react,
+        build the answer (from what ``decide`` returned and the task and run as
+        decided), save, and return the answer.
 
-        Yields what ``decide`` returned with the saved task and run, still
-        holding their locks: the caller builds its answer from them before
-        another thread can change them. Retries, on fresh aggregates, a
-        command that lost a race to another writer or decided on a stale cache.
+        Retries, on fresh aggregates, a command that lost a race to another
+        writer or decided on a stale cache. Inside ``exactly_once``, the
+        command's receipt is saved with its events, and a command whose receipt
+        is already stored answers from it without deciding again.
         """
-        return _Command(self, task_id, decide)
+        answered: A = _Command(self, task_id, decide, answer).run()
+        return answered
 
     def _decide_and_save(
-        self, task: Task, run: Run | None, decide: Callable[[Task], T]
-    ) -> T:
+        self,
+        task: Task,
+        run: Run | None,
+        decide: Callable[[Task], T],
+        answer: Callable[[T, Task, Run | None], A],
+        receipt: Pending | None = None,
+    ) -> A:
         try:
             outcome = decide(task)
             new_events = list(task.pending_events)
@@ -341,7 +372,11 @@ class TaskCommands(Application[str]):
             )
             if unwritten and self._is_stale(task, run):
                 raise _Stale
-            self._commit(task, run)
+            answered = answer(outcome, task, run)
+            if receipt is None:
+                self._commit(task, run)
+            else:
+                self._commit(task, run, Receipt.issue(receipt, answered))
         except IntegrityError:
             self._forget(task, run)
             raise _Stale from None
@@ -353,13 +388,22 @@ class TaskCommands(Application[str]):
         except BaseException:
             self._forget(task, run)
             raise
-        return outcome
+        return answered
 
-    def _commit(self, *aggregates: Task | Run | None) -> list[Recording[str]]:
+    def _commit(self, *aggregates: Task | Run | Receipt | None) -> list[Recording[str]]:
         recordings = self.save(*aggregates)
         for recording in recordings:
             journal.record(recording.domain_event, recording.notification.id)
         return recordings
+
+    def _issued(self, receipt: Pending) -> Any:
+        """The stored answer of ``receipt``'s command, or ``None`` if it was
+        never done; ``InvalidInput`` if its key was used for another request."""
+        try:
+            issued: Receipt = self._store.get(receipt.id)
+        except AggregateNotFoundError:
+            return None
+        return issued.answer_to(receipt)
 
     def _attempts(self, subject: str) -> Iterator[_Attempt]:
         for number in range(COMMAND_ATTEMPTS):

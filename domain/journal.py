@@ -24,6 +24,7 @@ from devs.domain.names import (
     NotificationKind,
     SessionReason,
 )
+from devs.domain.receipt import Receipt
 from devs.domain.redaction import excerpt
 from devs.domain.run import Run
 from devs.domain.task import Task, TaskEvent, task_id_of
@@ -204,6 +205,13 @@ def _(e: Run.Resumed) -> Line:
 @describe.register
 def _(e: Run.Completed) -> Line:
     return LogEvent.RUN_COMPLETED, _run(e)
+
+
+@describe.register
+def _(e: Receipt.Issued) -> Line:
+    return LogEvent.RECEIPT_ISSUED, {
+        "receipt": e.originator_id.removeprefix("receipt:")
+    }
 
 
 # --------------------------------------------------------------- notifications

@@ -65,6 +65,7 @@ class LogEvent(StrEnum):
     RUN_PAUSED = "RUN_PAUSED"
     RUN_RESUMED = "RUN_RESUMED"
     RUN_COMPLETED = "RUN_COMPLETED"
+    RECEIPT_ISSUED = "RECEIPT_ISSUED"
 
 
 HAND_OFF_REQUIRED = "hand_off_required"

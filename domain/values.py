@@ -410,6 +410,31 @@ Position = Annotated[int, Field(strict=True, ge=0, le=POSITION_MAX), Wording(_po
 Limit = Annotated[int, Field(strict=True, ge=1, le=LIMIT_MAX), Wording(_limit)]
 """How many items to return: an int in [1, 10,000]."""
 
+KEY_MAX = 255
+"""The longest idempotency key (as Stripe's API allows)."""
+
+
+def _key(name: str, error: ErrorDetails, loc: Loc) -> str:
+    return (
+        f"{name} must be 1-{KEY_MAX} visible ASCII characters (no spaces), "
+        f"got {_got(error['input'])}"
+    )
+
+
+IdempotencyKey = Annotated[
+    str,
+    StringConstraints(
+        strict=True, min_length=1, max_length=KEY_MAX, pattern=r"^[!-~]+$"
+    ),
+    Wording(_key),
+]
+"""A client's name for one command it may send more than once: 1-255 visible
+ASCII characters. Stored only as its SHA-256 (:mod:`devs.domain.receipt`)."""
+
+RequestText = Annotated[str, StringConstraints(strict=True, max_length=OUTPUT_MAX * 2)]
+"""What a command was asked, as its caller writes it down (hashed, not stored)."""
+
+
 _NODE_IDS: TypeAdapter[list[str]] = TypeAdapter(list[NodeId])
 
 

@@ -159,3 +159,39 @@ def test_a_bad_read_wait_is_refused_in_one_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "DEVS_READ_WAIT must be a number of seconds in (0, 300]" in lines[0]
+
+
+def test_idempotency_keys_hold_across_a_restart_and_workers(tmp_path: Path) -> None:
+    """A client whose answer was lost sends again with the same key: to the
+    other worker, then to a restarted server. Nothing is counted twice."""
+    db = tmp_path / "state.sqlite"
+    first_server = Server(db, "--workers", "2")
+    try:
+        post(first_server, "/tasks", {"task_id": "t"})
+        keyed = {"Idempotency-Key": "gate-0001"}
+        body = {"exit_code": 1, "error": "boom"}
+        first = first_server.client.post("/tasks/t/gates", json=body, headers=keyed)
+        assert first.status_code == 200, first.text
+        for _ in range(6):  # new connections: both workers answer some
+            with httpx.Client(
+                base_url=first_server.url, headers=first_server.client.headers
+            ) as fresh:
+                again = fresh.post("/tasks/t/gates", json=body, headers=keyed)
+            assert (again.status_code, again.content) == (200, first.content)
+    finally:
+        first_server.stop()
+    second_server = Server(db)
+    try:
+        again = second_server.client.post("/tasks/t/gates", json=body, headers=keyed)
+        assert (again.status_code, again.content) == (200, first.content)
+        other = second_server.client.post(
+            "/tasks/t/gates", json={"exit_code": 0}, headers=keyed
+        )
+        assert other.status_code == 422
+        assert other.json()["field"] == "Idempotency-Key"
+        task = second_server.client.get("/tasks/t").json()
+        assert task["consecutive_failures"] == 1
+        history = second_server.client.get("/tasks/t/history").json()
+        assert [entry["event"] for entry in history].count("GateFailed") == 1
+    finally:
+        second_server.stop()

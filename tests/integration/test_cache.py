@@ -17,6 +17,8 @@ from eventsourcing.persistence import OperationalError
 
 from devs.domain import IllegalTransition, Policy, RecoveryService, StoreError
 from devs.domain.chart import TaskState
+from devs.domain.run import Run
+from devs.domain.task import Task
 from tests.helpers import event_count
 
 
@@ -157,28 +159,32 @@ def test_a_command_lets_go_of_its_locks_however_it_ends(
     service: RecoveryService, other: RecoveryService
 ) -> None:
     """Locks held while the answer is built are released after it, and after
-    a refusal, a stale cache retried, or an answer that fails."""
+    a refusal, a stale cache retried, or an answer that fails (which writes
+    nothing: the answer is built before the save)."""
     service.start_run("r", {"t1": []})
     service.start_task("t1", run_id="r")
     locks = (service._locks.task("t1"), service._locks.run_lock("r"))
 
-    with service._command("t1", lambda task: task.begin_attempt("a")) as decided:
-        _, task, run = decided
+    def answer(_: object, task: Task, run: Run | None) -> str:
         assert all(lock.locked() for lock in locks)
         assert run is not None
-        assert task.current_strategy == "a"
+        return task.current_strategy or ""
+
+    assert service._command("t1", lambda task: task.begin_attempt("a"), answer) == "a"
     assert not any(lock.locked() for lock in locks)
 
     other.record_gate("t1", 1)  # the cached task is now stale: decided again
     assert service.record_gate("t1", 1).consecutive_failures == 2
     assert not any(lock.locked() for lock in locks)
 
-    with (
-        pytest.raises(RuntimeError, match="the answer"),
-        service._command("t1", lambda task: task.begin_attempt("b")),
-    ):
+    def failing(*_: object) -> str:
         raise RuntimeError("the answer could not be built")
+
+    before = len(service.history("t1"))
+    with pytest.raises(RuntimeError, match="the answer"):
+        service._command("t1", lambda task: task.begin_attempt("b"), failing)
     assert not any(lock.locked() for lock in locks)
+    assert len(service.history("t1")) == before
 
     other.record_gate("t1", 0)  # COMPLETED: no gate is taken any more
     with pytest.raises(IllegalTransition):

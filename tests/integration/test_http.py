@@ -294,3 +294,86 @@ def test_a_bad_stream_position_is_422(client: TestClient) -> None:
         "Last-Event-ID",
     )
     error(client.get("/notifications/stream?after=-1"), 422, "invalid_input", "after")
+
+
+# --------------------------------------------------------------- Idempotency-Key
+
+KEYED_POSTS: list[tuple[str, dict[str, Any], int]] = [
+    ("/runs", {"run_id": "r9", "dag": {"z": []}}, 201),
+    ("/tasks", {"task_id": "t9"}, 201),
+    ("/tasks/t/attempts", {"strategy": "bisect"}, 200),
+    ("/tasks/t/gates", {"exit_code": 1, "error": "E"}, 200),
+    ("/tasks/t/entropy", {"score": 0.1}, 200),
+    ("/tasks/t/lessons", {"failed_strategy": "x", "rca_summary": "y"}, 201),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status"), KEYED_POSTS)
+def test_a_keyed_post_sent_again_answers_the_same_and_writes_nothing(
+    client: TestClient, db_path: Path, path: str, body: dict[str, Any], status: int
+) -> None:
+    ok(client.post("/tasks", json={"task_id": "t"}), 201)
+    headers = {"Idempotency-Key": f"k-{path}"}
+    first = client.post(path, json=body, headers=headers)
+    assert first.status_code == status, first.text
+    written = event_count(db_path)
+    again = client.post(path, json=body, headers=headers)
+    assert (again.status_code, again.content) == (first.status_code, first.content)
+    assert int(again.headers["X-Devs-Position"]) >= int(
+        first.headers["X-Devs-Position"]
+    )
+    assert event_count(db_path) == written
+
+
+def test_a_key_sent_with_another_body_is_a_422(
+    client: TestClient, db_path: Path
+) -> None:
+    ok(client.post("/tasks", json={"task_id": "t"}), 201)
+    headers = {"Idempotency-Key": "gate-1"}
+    ok(client.post("/tasks/t/gates", json={"exit_code": 1}, headers=headers))
+    written = event_count(db_path)
+    for path, body in (
+        ("/tasks/t/gates", {"exit_code": 0}),
+        ("/tasks/t/entropy", {"score": 0.1}),
+    ):
+        refused = client.post(path, json=body, headers=headers)
+        assert "another request" in error(
+            refused, 422, "invalid_input", "Idempotency-Key"
+        )
+    assert event_count(db_path) == written
+    assert ok(client.get("/tasks/t"))["consecutive_failures"] == 1
+
+
+@pytest.mark.parametrize("key", ["has space", "x" * 256, "caf\u00e9"])
+def test_a_bad_key_is_a_422_naming_the_header(
+    client: TestClient, db_path: Path, key: str
+) -> None:
+    ok(client.post("/tasks", json={"task_id": "t"}), 201)
+    written = event_count(db_path)
+    refused = client.post(
+        "/tasks/t/gates",
+        json={"exit_code": 1},
+        headers={b"Idempotency-Key": key.encode("utf-8")},
+    )
+    error(refused, 422, "invalid_input", "Idempotency-Key")
+    assert event_count(db_path) == written
+
+
+def test_a_refused_keyed_command_is_decided_again(client: TestClient) -> None:
+    headers = {"Idempotency-Key": "early"}
+    error(
+        client.post("/tasks/t/gates", json={"exit_code": 1}, headers=headers),
+        404,
+        "not_found",
+    )
+    ok(client.post("/tasks", json={"task_id": "t"}), 201)
+    decided = ok(client.post("/tasks/t/gates", json={"exit_code": 1}, headers=headers))
+    assert decided["consecutive_failures"] == 1
+
+
+def test_the_key_is_in_the_openapi_document(client: TestClient) -> None:
+    document = ok(client.get("/openapi.json"))
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            names = {p["name"] for p in operation.get("parameters", [])}
+            assert ("Idempotency-Key" in names) == (method == "post"), (method, path)

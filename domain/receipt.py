@@ -1,0 +1,89 @@
+"""Receipts: what makes a command exactly-once.
+
+A caller that may send a command twice (a retry after a timeout, a second
+worker taking the same request) names it with an idempotency key
+(``RecoveryService.exactly_once``). The command's events are saved together
+with a :class:`Receipt`, in the same atomic ``save``: its id is the key's
+SHA-256, and it holds the SHA-256 of the request and the answer the command
+gave. The store's unique ``(originator_id, originator_version)`` key makes a
+second receipt for one key impossible, so of two concurrent sends only one
+writes; the other, and every later send, finds the receipt and answers as
+the first did. A command that was refused wrote nothing, not even its receipt:
+sent again, it is decided again.
+
+The key itself is never stored: a key that happens to hold a secret stays out
+of the log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, ClassVar, NamedTuple
+
+from eventsourcing.domain import event
+from eventsourcing.utils import get_topic, resolve_topic
+from pydantic import BaseModel
+
+from devs.domain.errors import InvalidInput
+from devs.domain.model import Aggregate, AggregateCreated
+
+
+class Pending(NamedTuple):
+    """The receipt a command in ``exactly_once`` must leave behind."""
+
+    id: str
+    request: str
+    """The SHA-256 of the request, hex."""
+
+    @classmethod
+    def of(cls, key: str, request: str) -> Pending:
+        return cls(
+            id=Receipt.create_id(key),
+            request=hashlib.sha256(
+                request.encode("utf-8", "surrogatepass")
+            ).hexdigest(),
+        )
+
+
+class Receipt(Aggregate):
+    """One command done under an idempotency key, and the answer it gave."""
+
+    TOPIC: ClassVar[str] = "devs:Receipt"
+
+    class Issued(AggregateCreated):
+        TOPIC: ClassVar[str] = "devs:Receipt.Issued"
+        request: str
+        answer_topic: str
+        answer: str
+
+    @staticmethod
+    def create_id(key: str) -> str:
+        return "receipt:" + hashlib.sha256(key.encode()).hexdigest()
+
+    @classmethod
+    def issue(cls, pending: Pending, answer: object) -> Receipt:
+        assert isinstance(answer, BaseModel)  # every command answers a model
+        return cls._create(
+            cls.Issued,
+            id=pending.id,
+            request=pending.request,
+            answer_topic=get_topic(type(answer)),
+            answer=answer.model_dump_json(),
+        )
+
+    @event(Issued)
+    def __init__(self, request: str, answer_topic: str, answer: str) -> None:
+        self.request = request
+        self.answer_topic = answer_topic
+        self.answer = answer
+
+    def answer_to(self, pending: Pending) -> Any:
+        """The first answer, if ``pending`` asks what was asked then."""
+        if pending.request != self.request:
+            msg = (
+                "idempotency_key was first used with another request; send a new "
+                "key for a new command (nothing was written)"
+            )
+            raise InvalidInput(msg, field="idempotency_key")
+        answer_class: type[BaseModel] = resolve_topic(self.answer_topic)
+        return answer_class.model_validate_json(self.answer)
