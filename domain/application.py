@@ -28,6 +28,7 @@ from eventsourcing.utils import EnvType, get_topic, resolve_topic
 from devs.domain import blacklist, journal
 from devs.domain.chart import WAITING, Trigger, destination
 from devs.domain.commands import RECEIPT, TaskCommands, store_errors
+from devs.domain.database import DATABASE_URL_ENV, POSTGRES_MODULES, postgres_env
 from devs.domain.decisions import (
     ActionResult,
     AttemptDecision,
@@ -94,6 +95,10 @@ from devs.domain.values import (
 DEFAULT_DB = "devs_state.sqlite"
 DB_ENV = "DEVS_DB"
 READ_MODELS_TOPIC = "READ_MODELS_TOPIC"
+SQLITE_READ_MODELS = "devs.projections.sqlite:SQLiteReadModels"
+POSTGRES_READ_MODELS = "devs.projections.postgres:PostgresReadModels"
+POSTGRES_DEFAULTS = {"POSTGRES_POOL_SIZE": "2", "POSTGRES_MAX_OVERFLOW": "8"}
+"""Connections per process: eventsourcing opens its pool's size up front."""
 logger = logging.getLogger("devs.service")
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -116,7 +121,7 @@ class RecoveryService(TaskCommands):
         "ORIGINATOR_ID_TYPE": "text",
         "MAPPER_TOPIC": "devs.adapters.persistence:PydanticMapper",
         "TRANSCODER_TOPIC": "devs.adapters.persistence:OrjsonTranscoder",
-        READ_MODELS_TOPIC: "devs.projections.sqlite:SQLiteReadModels",
+        READ_MODELS_TOPIC: SQLITE_READ_MODELS,
         **TaskCommands.env,
     }
 
@@ -131,9 +136,23 @@ class RecoveryService(TaskCommands):
 
     def construct_env(self, name: str, env: EnvType | None = None) -> Any:
         environment = super().construct_env(name, env)
-        if not environment.get("SQLITE_DBNAME"):
+        url = environment.get(DATABASE_URL_ENV)
+        if url:
+            environment.update(postgres_env(url))
+        if environment.get("PERSISTENCE_MODULE") in POSTGRES_MODULES:
+            if environment[READ_MODELS_TOPIC] == SQLITE_READ_MODELS:
+                environment[READ_MODELS_TOPIC] = POSTGRES_READ_MODELS
+            for setting, default in POSTGRES_DEFAULTS.items():
+                if not environment.get(setting):
+                    environment[setting] = default
+        elif not environment.get("SQLITE_DBNAME"):
             environment["SQLITE_DBNAME"] = environment.get(DB_ENV) or DEFAULT_DB
         return environment
+
+    @property
+    def on_postgres(self) -> bool:
+        """Whether the log is in PostgreSQL (else in a SQLite file)."""
+        return self.env.get("PERSISTENCE_MODULE") in POSTGRES_MODULES
 
     @property
     def db_path(self) -> str:

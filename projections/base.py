@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, Generic, TypeVar
 
 from eventsourcing.dispatch import singledispatchmethod
@@ -79,7 +79,58 @@ def folds() -> singledispatchmethod[None]:
     return singledispatchmethod(_track_only)
 
 
-class SQLiteView(SQLiteTrackingRecorder):
+class SQLTables:
+    """A read model's tables and the SQL that folds into them and reads them,
+    the same on SQLite and PostgreSQL.
+
+    Each read model's module writes its statements once, in a class that
+    mixes this in; the SQLite base (:class:`SQLiteView`) and the PostgreSQL
+    one (:class:`devs.projections.pg.PostgresView`) run them: ``?`` and
+    ``:name`` placeholders, standard ``INSERT … ON CONFLICT`` upserts,
+    ``INTEGER`` columns (64-bit on both: PostgreSQL's DDL says ``BIGINT``).
+    """
+
+    name: ClassVar[str]
+    schema_version: ClassVar[int]
+    tables: ClassVar[tuple[str, ...]]
+    ddl: ClassVar[tuple[str, ...]]
+
+    def changes(self, tracking: Tracking) -> AbstractContextManager[Any]:
+        """A cursor whose writes commit together with ``tracking``."""
+        raise NotImplementedError
+
+    def _select(self, statement: str, params: Any = ()) -> list[Any]:
+        """The rows ``statement`` reads (each indexable by column name)."""
+        raise NotImplementedError
+
+    def forget(self) -> None:
+        """Drop what the view holds in memory (its rows were replaced)."""
+
+    @classmethod
+    def tracking_name_for(cls, application_name: str) -> str:
+        return f"{application_name}/{cls.name}.v{cls.schema_version}"
+
+    @staticmethod
+    def _insert(cursor: Any, table: str, row: dict[str, Any], tail: str = "") -> None:
+        """``INSERT INTO table (columns) VALUES (…)`` from ``row`` (then ``tail``)."""
+        columns = ", ".join(row)
+        values = ", ".join(f":{name}" for name in row)
+        cursor.execute(f"INSERT INTO {table} ({columns}) VALUES ({values}) {tail}", row)
+
+    @staticmethod
+    def _update(
+        cursor: Any, table: str, key: tuple[str, str], changes: dict[str, Any]
+    ) -> None:
+        """``UPDATE table SET …`` from ``changes`` where ``key`` matches."""
+        column, value = key
+        assignments = ", ".join(f"{name} = :{name}" for name in changes)
+        cursor.execute(
+            f"UPDATE {table} SET {assignments} WHERE {column} = :_key",
+            {**changes, "_key": value},
+        )
+
+
+class SQLiteView(SQLiteTrackingRecorder, SQLTables):
     """A read model's typed tables in the application's SQLite file.
 
     ``changes(tracking)`` opens one write transaction (``BEGIN IMMEDIATE``, so a
@@ -88,19 +139,10 @@ class SQLiteView(SQLiteTrackingRecorder):
     share one transaction and the position is written once, at its end.
     """
 
-    name: ClassVar[str]
-    schema_version: ClassVar[int]
-    tables: ClassVar[tuple[str, ...]]
-    ddl: ClassVar[tuple[str, ...]]
-
     def __init__(self, datastore: SQLiteDatastore, *, tracking_name: str) -> None:
         super().__init__(datastore)
         self.tracking_name = tracking_name
         self._local = threading.local()
-
-    @classmethod
-    def tracking_name_for(cls, application_name: str) -> str:
-        return f"{application_name}/{cls.name}.v{cls.schema_version}"
 
     @property
     def generation_name(self) -> str:
@@ -168,9 +210,6 @@ class SQLiteView(SQLiteTrackingRecorder):
         if fresh:
             self.forget()
         return fresh
-
-    def forget(self) -> None:
-        """Drop what the view holds in memory (its rows were replaced)."""
 
     def position(self) -> int:
         return self.max_tracking_id(self.tracking_name) or 0
@@ -258,27 +297,6 @@ class SQLiteView(SQLiteTrackingRecorder):
         )
         self._insert_tracking(cursor, Tracking(self.tracking_name, 0))
         self.bump_generation(cursor)
-
-    @staticmethod
-    def _insert(
-        cursor: SQLiteCursor, table: str, row: dict[str, Any], tail: str = ""
-    ) -> None:
-        """``INSERT INTO table (columns) VALUES (…)`` from ``row`` (then ``tail``)."""
-        columns = ", ".join(row)
-        values = ", ".join(f":{name}" for name in row)
-        cursor.execute(f"INSERT INTO {table} ({columns}) VALUES ({values}) {tail}", row)
-
-    @staticmethod
-    def _update(
-        cursor: SQLiteCursor, table: str, key: tuple[str, str], changes: dict[str, Any]
-    ) -> None:
-        """``UPDATE table SET …`` from ``changes`` where ``key`` matches."""
-        column, value = key
-        assignments = ", ".join(f"{name} = :{name}" for name in changes)
-        cursor.execute(
-            f"UPDATE {table} SET {assignments} WHERE {column} = :_key",
-            {**changes, "_key": value},
-        )
 
     # ---------------------------------------------------------------- reads
 

@@ -14,7 +14,7 @@ from eventsourcing.persistence import Tracking, TrackingRecorder
 
 from devs.domain.ports import HandoffEntry
 from devs.domain.task import HandoffPayload, Task, TaskEvent, task_id_of
-from devs.projections.base import ReadModelProjection, SQLiteView, folds
+from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, folds
 
 
 class HandoffQueueView(TrackingRecorder, ABC):
@@ -71,7 +71,9 @@ class HandoffQueueProjection(ReadModelProjection[HandoffQueueView]):
         self.view.dequeue(task_id_of(e.originator_id), tracking)
 
 
-class SQLiteHandoffQueueView(SQLiteView, HandoffQueueView):
+class HandoffQueueTables(HandoffQueueView, SQLTables):
+    """The ``handoff_queue`` tables and their SQL (SQLite and PostgreSQL alike)."""
+
     name: ClassVar[str] = "handoff_queue"
     schema_version: ClassVar[int] = 1
     tables: ClassVar[tuple[str, ...]] = ("handoff_queue",)
@@ -124,3 +126,7 @@ class SQLiteHandoffQueueView(SQLiteView, HandoffQueueView):
             )
             for row in rows
         ]
+
+
+class SQLiteHandoffQueueView(HandoffQueueTables, SQLiteView):
+    """The ``handoff_queue`` read model in the application's SQLite file."""

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from eventsourcing.persistence import Tracking, TrackingRecorder
 
 from devs.domain.task import Task, TaskEvent, task_id_of
-from devs.projections.base import ReadModelProjection, SQLiteView, folds
+from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, folds
 
 
 class FailureGatesView(TrackingRecorder, ABC):
@@ -58,7 +58,9 @@ class FailureGatesProjection(ReadModelProjection[FailureGatesView]):
         self.view.close_gate(task_id_of(e.originator_id), tracking)
 
 
-class SQLiteFailureGatesView(SQLiteView, FailureGatesView):
+class FailureGatesTables(FailureGatesView, SQLTables):
+    """The ``hitl_failure_gates`` tables and their SQL (SQLite and PostgreSQL alike)."""
+
     name: ClassVar[str] = "hitl_failure_gates"
     schema_version: ClassVar[int] = 1
     tables: ClassVar[tuple[str, ...]] = ("hitl_failure_gates",)
@@ -98,3 +100,7 @@ class SQLiteFailureGatesView(SQLiteView, FailureGatesView):
             "SELECT * FROM hitl_failure_gates WHERE task_id = ?", (task_id,)
         )
         return dict(rows[0]) if rows else None
+
+
+class SQLiteFailureGatesView(FailureGatesTables, SQLiteView):
+    """The ``hitl_failure_gates`` read model in the application's SQLite file."""

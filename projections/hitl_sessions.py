@@ -14,7 +14,7 @@ from eventsourcing.persistence import Tracking, TrackingRecorder
 from devs.domain.names import HumanAction
 from devs.domain.ports import PendingSession
 from devs.domain.task import Task, task_id_of
-from devs.projections.base import ReadModelProjection, SQLiteView, folds
+from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, folds
 
 PENDING = "pending"
 ANSWERED = "answered"
@@ -89,7 +89,9 @@ class HumanSessionsProjection(ReadModelProjection[HumanSessionsView]):
         self.view.answer(e.session_id, answer, tracking)
 
 
-class SQLiteHumanSessionsView(SQLiteView, HumanSessionsView):
+class HumanSessionsTables(HumanSessionsView, SQLTables):
+    """The ``hitl_sessions`` tables and their SQL (SQLite and PostgreSQL alike)."""
+
     name: ClassVar[str] = "hitl_sessions"
     schema_version: ClassVar[int] = 1
     tables: ClassVar[tuple[str, ...]] = ("hitl_sessions",)
@@ -138,3 +140,7 @@ class SQLiteHumanSessionsView(SQLiteView, HumanSessionsView):
             )
             for row in rows
         ]
+
+
+class SQLiteHumanSessionsView(HumanSessionsTables, SQLiteView):
+    """The ``hitl_sessions`` read model in the application's SQLite file."""

@@ -13,11 +13,10 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from eventsourcing.persistence import Tracking, TrackingRecorder
-from eventsourcing.sqlite import SQLiteDatastore
 
 from devs.domain.ports import Lesson
 from devs.domain.task import Task, task_id_of
-from devs.projections.base import ReadModelProjection, SQLiteView, folds
+from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, folds
 
 CACHED_TASKS = 1_000
 
@@ -61,7 +60,9 @@ class LessonsProjection(ReadModelProjection[LessonsView]):
         )
 
 
-class SQLiteLessonsView(SQLiteView, LessonsView):
+class LessonsTables(LessonsView, SQLTables):
+    """The ``lessons_learned`` tables and their SQL (SQLite and PostgreSQL alike)."""
+
     name: ClassVar[str] = "lessons_learned"
     schema_version: ClassVar[int] = 1
     tables: ClassVar[tuple[str, ...]] = ("lessons_learned",)
@@ -77,10 +78,6 @@ class SQLiteLessonsView(SQLiteView, LessonsView):
         "CREATE INDEX IF NOT EXISTS idx_lessons_task_id "
         "ON lessons_learned (task_id, position)",
     )
-
-    def __init__(self, datastore: SQLiteDatastore, *, tracking_name: str) -> None:
-        super().__init__(datastore, tracking_name=tracking_name)
-        self._strategies: dict[str, tuple[tuple[int, int], tuple[str, ...]]] = {}
 
     def upsert_lesson(self, row: dict[str, Any], tracking: Tracking) -> None:
         with self.changes(tracking) as cursor:
@@ -101,6 +98,15 @@ class SQLiteLessonsView(SQLiteView, LessonsView):
             (task_id,),
         )
         return [Lesson.model_validate(dict(row)) for row in rows]
+
+
+class SQLiteLessonsView(LessonsTables, SQLiteView):
+    """The ``lessons_learned`` read model in the application's SQLite file; the
+    strategies of recent tasks are kept in memory."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._strategies: dict[str, tuple[tuple[int, int], tuple[str, ...]]] = {}
 
     def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
         # The position, the generation and the rows are read in one

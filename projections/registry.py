@@ -28,11 +28,13 @@ from devs.projections.tasks import SQLiteTasksView, TasksProjection
 
 SQLITE: tuple[tuple[type[ReadModelProjection[Any]], type[SQLiteView]], ...] = (
     (TasksProjection, SQLiteTasksView),
-    (FailureGatesProjection, SQLiteFailureGatesView),
     (HumanSessionsProjection, SQLiteHumanSessionsView),
+    (FailureGatesProjection, SQLiteFailureGatesView),
     (LessonsProjection, SQLiteLessonsView),
     (TaskFailuresProjection, SQLiteTaskFailuresView),
     (HandoffQueueProjection, SQLiteHandoffQueueView),
     (RunsProjection, SQLiteRunsView),
 )
-"""Every read model, in the order a page of events is fed to them."""
+"""Every read model, in the order events are fed to them (a gate's row refers
+to its session's, which PostgreSQL checks at once). The PostgreSQL views of
+the same read models are :data:`devs.projections.postgres.POSTGRES`."""

@@ -15,7 +15,7 @@ from eventsourcing.persistence import Tracking, TrackingRecorder
 
 from devs.domain.ports import RunState
 from devs.domain.run import NodeOutcome, Run, RunStatus
-from devs.projections.base import ReadModelProjection, SQLiteView, folds
+from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, folds
 
 WAITING, READY, STARTED = "waiting", "ready", "started"
 COMPLETED, SKIPPED = NodeOutcome.COMPLETED.value, NodeOutcome.SKIPPED.value
@@ -106,7 +106,9 @@ class RunsProjection(ReadModelProjection[RunsView]):
         )
 
 
-class SQLiteRunsView(SQLiteView, RunsView):
+class RunsTables(RunsView, SQLTables):
+    """The ``runs`` tables and their SQL (SQLite and PostgreSQL alike)."""
+
     name: ClassVar[str] = "runs"
     schema_version: ClassVar[int] = 1
     tables: ClassVar[tuple[str, ...]] = ("runs", "run_nodes", "run_edges")
@@ -148,13 +150,13 @@ class SQLiteRunsView(SQLiteView, RunsView):
         nodes, prerequisites = e.nodes, e.prerequisites
         with self.changes(tracking) as cursor:
             cursor.execute(
-                "INSERT OR IGNORE INTO runs (id, status, node_count, started_at, "
-                "updated_at) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO runs (id, status, node_count, started_at, "
+                "updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (run_id, RunStatus.RUNNING, len(nodes), at, at),
             )
-            cursor.sqlite_cursor.executemany(
-                "INSERT OR IGNORE INTO run_nodes (run_id, node_id, position, waiting, "
-                "progress) VALUES (?, ?, ?, ?, ?)",
+            cursor.executemany(
+                "INSERT INTO run_nodes (run_id, node_id, position, waiting, "
+                "progress) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 [
                     (run_id, node, index, len(prereqs), WAITING if prereqs else READY)
                     for index, (node, prereqs) in enumerate(
@@ -162,9 +164,9 @@ class SQLiteRunsView(SQLiteView, RunsView):
                     )
                 ],
             )
-            cursor.sqlite_cursor.executemany(
-                "INSERT OR IGNORE INTO run_edges (run_id, prerequisite, node_id, "
-                "ordinal) VALUES (?, ?, ?, ?)",
+            cursor.executemany(
+                "INSERT INTO run_edges (run_id, prerequisite, node_id, "
+                "ordinal) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 [
                     (run_id, nodes[prerequisite], node, ordinal)
                     for node, prereqs in zip(nodes, prerequisites, strict=True)
@@ -270,3 +272,7 @@ class SQLiteRunsView(SQLiteView, RunsView):
             paused_by=ordered("paused_seq"),
             updated_at=run["updated_at"],
         )
+
+
+class SQLiteRunsView(RunsTables, SQLiteView):
+    """The ``runs`` read model in the application's SQLite file."""

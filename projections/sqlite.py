@@ -17,7 +17,6 @@ default).
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import sqlite3
 import tempfile
@@ -37,31 +36,17 @@ from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteFactory
 
 from devs.domain.errors import DevsError, InvalidInput, UnreadableEvent
 from devs.domain.ports import (
-    FailureReport,
-    GateStatus,
-    HandoffEntry,
-    Lesson,
-    PendingSession,
-    RunState,
-    TaskIndexEntry,
     Verification,
 )
 from devs.domain.redaction import redact
-from devs.domain.run import Run
-from devs.domain.task import Task
 from devs.projections.base import (
     Handler,
     ReadModelProjection,
     SQLiteView,
     persistence_error,
 )
-from devs.projections.handoff_queue import SQLiteHandoffQueueView
-from devs.projections.hitl_failure_gates import SQLiteFailureGatesView
-from devs.projections.hitl_sessions import SQLiteHumanSessionsView
-from devs.projections.lessons_learned import SQLiteLessonsView
+from devs.projections.queries import ViewQueries
 from devs.projections.registry import SQLITE
-from devs.projections.runs import SQLiteRunsView
-from devs.projections.task_failures import SQLiteTaskFailuresView
 from devs.projections.tasks import SQLiteTasksView
 from devs.projections.unreadable import TABLE as UNREADABLE_TABLE
 from devs.projections.unreadable import Unreadable, UnreadableEvents
@@ -89,26 +74,6 @@ def _missing_table(error: BaseException) -> bool:
     return "no such table" in str(error)
 
 
-def _repairing(method: Callable[P, R]) -> Callable[P, R]:
-    """A query that finds a view table dropped recreates the view, refills it
-    from the log and asks again, instead of failing or answering wrongly."""
-
-    @functools.wraps(method)
-    def query(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return method(*args, **kwargs)
-        except OperationalError as error:
-            if not _missing_table(error):
-                raise
-            models = args[0]
-            assert isinstance(models, SQLiteReadModels)
-            models.repair()  # or another process just did
-            models.catch_up()
-            return method(*args, **kwargs)
-
-    return query
-
-
 class _Stored(NamedTuple):
     """What ``_stored_rows`` read in one transaction."""
 
@@ -122,7 +87,7 @@ def private_datastore(path: Path) -> SQLiteDatastore:
     return SQLiteDatastore(str(path), pool_size=1, max_overflow=2)
 
 
-class SQLiteReadModels:
+class SQLiteReadModels(ViewQueries):
     """The application's read models in its own SQLite file.
 
     ``datastore`` (default: the application's own) is where the views live;
@@ -586,92 +551,17 @@ class SQLiteReadModels:
                 position=event.position,
             )
 
-    # ----------------------------------------------------------------- queries
-
-    @property
-    def _tasks(self) -> SQLiteTasksView:
-        view = self.views[SQLiteTasksView.name]
-        assert isinstance(view, SQLiteTasksView)
-        return view
-
-    def _view(self, view_class: type[Any]) -> Any:
-        return self.views[view_class.name]
-
-    @_repairing
-    def task_entry(self, task_id: str) -> TaskIndexEntry | None:
-        self._readable(Task.create_id(task_id))
-        return self._tasks.task_entry(task_id)
-
-    @_repairing
-    def task_entries(
-        self, *, state: str | None = None, run_id: str | None = None
-    ) -> list[TaskIndexEntry]:
-        return self._tasks.task_entries(state=state, run_id=run_id)
-
-    @_repairing
-    def gate_status(self, task_id: str) -> GateStatus | None:
-        self._readable(Task.create_id(task_id))
-        task = self._tasks.task_row(task_id)
-        if task is None:
-            return None
-        gate = self._view(SQLiteFailureGatesView).open_gate_of(task_id)
-        passed = task["last_gate_passed"]
-        return GateStatus(
-            task_id=task_id,
-            state=task["state"],
-            consecutive_failures=task["failure_count"],
-            triggered=gate is not None,
-            session_id=gate["session_id"] if gate else None,
-            reason=gate["reason"] if gate else None,
-            entropy_score=gate["entropy_score"] if gate else None,
-            triggered_at=gate["opened_at"] if gate else None,
-            last_gate=task["last_gate"],
-            last_passed=None if passed is None else bool(passed),
-            last_reason=task["last_gate_reason"],
-            last_exit_code=task["last_exit_code"],
-            last_error_hash=task["last_error_hash"],
-            updated_at=task["updated_at"],
-        )
-
-    @_repairing
-    def failure_report(self, task_id: str) -> FailureReport | None:
-        self._readable(Task.create_id(task_id))
-        found: FailureReport | None = self._view(SQLiteTaskFailuresView).failure_report(
-            task_id
-        )
-        return found
-
-    @_repairing
-    def lessons(self, task_id: str) -> list[Lesson]:
-        self._readable(Task.create_id(task_id))
-        found: list[Lesson] = self._view(SQLiteLessonsView).lessons(task_id)
-        return found
-
-    @_repairing
-    def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
-        self._readable(Task.create_id(task_id))
-        found: tuple[str, ...] = self._view(SQLiteLessonsView).lesson_strategies(
-            task_id
-        )
-        return found
-
-    @_repairing
-    def pending_sessions(self) -> list[PendingSession]:
-        found: list[PendingSession] = self._view(
-            SQLiteHumanSessionsView
-        ).pending_sessions()
-        return found
-
-    @_repairing
-    def handoff_queue(self) -> list[HandoffEntry]:
-        found: list[HandoffEntry] = self._view(SQLiteHandoffQueueView).handoff_queue()
-        return found
-
-    @_repairing
-    def run_state(self, run_id: str) -> RunState | None:
-        self._readable(Run.create_id(run_id))
-        found: RunState | None = self._view(SQLiteRunsView).run_state(run_id)
-        return found
+    def _ask(self, question: Callable[[], R]) -> R:
+        """A query that finds a view table dropped recreates the view, refills
+        it from the log and asks again, instead of failing or answering wrongly."""
+        try:
+            return question()
+        except OperationalError as error:
+            if not _missing_table(error):
+                raise
+            self.repair()  # or another process just did
+            self.catch_up()
+            return question()
 
 
 def _differences(

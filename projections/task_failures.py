@@ -15,7 +15,7 @@ from eventsourcing.persistence import Tracking, TrackingRecorder
 
 from devs.domain.ports import FailureReport
 from devs.domain.task import Task, task_id_of
-from devs.projections.base import ReadModelProjection, SQLiteView, folds
+from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, folds
 
 FAILED_STRATEGIES_CAP = 100
 
@@ -101,7 +101,9 @@ class TaskFailuresProjection(ReadModelProjection[TaskFailuresView]):
         )
 
 
-class SQLiteTaskFailuresView(SQLiteView, TaskFailuresView):
+class TaskFailuresTables(TaskFailuresView, SQLTables):
+    """The ``task_failures`` tables and their SQL (SQLite and PostgreSQL alike)."""
+
     name: ClassVar[str] = "task_failures"
     schema_version: ClassVar[int] = 1
     tables: ClassVar[tuple[str, ...]] = ("task_failures",)
@@ -182,3 +184,7 @@ class SQLiteTaskFailuresView(SQLiteView, TaskFailuresView):
             ),
             updated_at=row["updated_at"],
         )
+
+
+class SQLiteTaskFailuresView(TaskFailuresTables, SQLiteView):
+    """The ``task_failures`` read model in the application's SQLite file."""

@@ -17,7 +17,7 @@ from eventsourcing.persistence import Tracking, TrackingRecorder
 from devs.domain.chart import STATUS, TaskState
 from devs.domain.ports import TaskIndexEntry
 from devs.domain.task import Task, TaskEvent, task_id_of
-from devs.projections.base import ReadModelProjection, SQLiteView, folds
+from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, folds
 
 Step = Callable[[str], TaskState]
 
@@ -160,7 +160,9 @@ class TasksProjection(ReadModelProjection[TasksView]):
         self.view.advance(task_id_of(e.originator_id), e.state_after, changes, tracking)
 
 
-class SQLiteTasksView(SQLiteView, TasksView):
+class TasksTables(TasksView, SQLTables):
+    """The ``tasks`` tables and their SQL (SQLite and PostgreSQL alike)."""
+
     name: ClassVar[str] = "tasks"
     schema_version: ClassVar[int] = 1
     tables: ClassVar[tuple[str, ...]] = ("tasks",)
@@ -222,3 +224,7 @@ class SQLiteTasksView(SQLiteView, TasksView):
         statement += " ORDER BY position, id"
         rows = self._select(statement, [value for _, value in where])
         return [_entry(dict(row)) for row in rows]
+
+
+class SQLiteTasksView(TasksTables, SQLiteView):
+    """The ``tasks`` read model in the application's SQLite file."""

@@ -33,6 +33,7 @@ from devs.domain import (
     StoreError,
 )
 from devs.domain.application import DB_ENV, DEFAULT_DB
+from devs.domain.database import DATABASE_URL_ENV
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -95,7 +96,12 @@ class Context:
             try:
                 self._app = RecoveryService(env={"SQLITE_DBNAME": self.db})
             except StoreError as error:
-                msg = f"cannot open the database {self.db!r}: {error}"
+                where = (
+                    "the PostgreSQL database of DEVS_DATABASE_URL"
+                    if os.environ.get(DATABASE_URL_ENV)
+                    else f"the database {self.db!r}"
+                )
+                msg = f"cannot open {where}: {error}"
                 raise StoreError(msg) from None
         return self._app
 

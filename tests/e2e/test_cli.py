@@ -604,3 +604,18 @@ def test_a_blocked_attempt_that_climbs_the_ladder_prints_both_blocks(
     handed = devs("attempt", "t1", "use a regex", code=HANDED_OFF).stdout
     assert handed.index("⛔ BLACKLISTED STRATEGY") < handed.index("✋ HAND-OFF")
     assert "Failures: 3" in handed
+
+
+def test_the_cli_on_postgresql(devs: Devs, pg_url: str) -> None:
+    """DEVS_DATABASE_URL puts every command on PostgreSQL; no SQLite file."""
+    env = {"DEVS_DATABASE_URL": pg_url}
+    devs("task", "start", "t1", env=env)
+    devs("gate", "run", "t1", "--", "false", code=RETRY, env=env)
+    status = devs.json("task", "show", "t1", env=env)
+    assert status["consecutive_failures"] == 1
+    assert not devs.db.exists()
+    refused = devs(
+        "task", "show", "t1", code=6, env={"DEVS_DATABASE_URL": "mysql://u:pw@h/d"}
+    )
+    assert_one_line_error(refused, "DEVS_DATABASE_URL must start with postgresql://")
+    assert "pw" not in refused.stderr

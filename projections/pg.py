@@ -1,0 +1,184 @@
+"""The read models' PostgreSQL views: the same tables and SQL as on SQLite.
+
+A view's statements are written once (:class:`~devs.projections.base.SQLTables`)
+with ``?`` and ``:name`` placeholders; here they become psycopg's ``%s`` and
+``%(name)s``, and ``INTEGER`` columns ``BIGINT``. A view writes only inside
+the transaction in which :class:`~devs.projections.postgres.PostgresViews`
+folds one event into every read model and records its position, so its
+``changes`` hands out that transaction's cursor.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any
+
+from eventsourcing.persistence import ProgrammingError, Tracking
+from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
+from psycopg import Cursor
+from psycopg.rows import DictRow
+from psycopg.sql import SQL, Composed
+
+from devs.projections.base import ReadModelProjection, SQLTables
+from devs.projections.handoff_queue import HandoffQueueTables
+from devs.projections.hitl_failure_gates import FailureGatesTables
+from devs.projections.hitl_sessions import HumanSessionsTables
+from devs.projections.lessons_learned import LessonsTables
+from devs.projections.registry import SQLITE
+from devs.projections.runs import RunsTables
+from devs.projections.task_failures import TaskFailuresTables
+from devs.projections.tasks import TasksTables
+
+_PLACEHOLDER = re.compile(r"\?|:([A-Za-z_][A-Za-z0-9_]*)")
+_TYPES = {"INTEGER": "BIGINT", "REAL": "DOUBLE PRECISION"}
+_TYPE = re.compile(r"\b(INTEGER|REAL)\b")
+_REFERENCE = re.compile(r"(REFERENCES \w+ \(\w+\))")
+
+
+@lru_cache(maxsize=1024)
+def pg_sql(statement: str) -> str:
+    """``statement`` with psycopg's placeholders (its own ``%`` escaped)."""
+    escaped = statement.replace("%", "%%")
+    return _PLACEHOLDER.sub(
+        lambda found: "%s" if found.group(1) is None else f"%({found.group(1)})s",
+        escaped,
+    )
+
+
+def pg_ddl(statement: str) -> str:
+    """A table's DDL with SQLite's 64-bit integers and floats, and references
+    checked when the transaction commits (a rebuild empties and refills tables
+    in one transaction, in any order)."""
+    typed = _TYPE.sub(lambda found: _TYPES[found.group(1)], statement)
+    return _REFERENCE.sub(r"\1 DEFERRABLE INITIALLY DEFERRED", typed)
+
+
+class PgCursor:
+    """A psycopg cursor that takes the views' statements as they are written."""
+
+    __slots__ = ("cursor",)
+
+    def __init__(self, cursor: Cursor[DictRow]) -> None:
+        self.cursor = cursor
+
+    def execute(self, statement: str, params: Any = ()) -> None:
+        self.cursor.execute(pg_sql(statement), params or None)
+
+    def executemany(self, statement: str, rows: Sequence[Any]) -> None:
+        if rows:
+            self.cursor.executemany(pg_sql(statement), rows)
+
+    def fetchone(self) -> DictRow | None:
+        return self.cursor.fetchone()
+
+    def fetchall(self) -> list[DictRow]:
+        return self.cursor.fetchall()
+
+
+_FOLDING = threading.local()
+"""The cursor of the transaction folding one event, in the thread folding it."""
+
+
+@contextmanager
+def folding(cursor: Cursor[DictRow]) -> Iterator[None]:
+    """Let every view's ``changes`` write through ``cursor`` meanwhile."""
+    _FOLDING.cursor = PgCursor(cursor)
+    try:
+        yield
+    finally:
+        _FOLDING.cursor = None
+
+
+class PostgresView(PostgresTrackingRecorder, SQLTables):
+    """A read model's tables in PostgreSQL, written by the views' runner."""
+
+    def __init__(
+        self,
+        datastore: PostgresDatastore,
+        *,
+        tracking_table_name: str = "devs_views_tracking",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(datastore, tracking_table_name=tracking_table_name, **kwargs)
+        self.pg_ddl = tuple(pg_ddl(statement) for statement in self.ddl)
+
+    @contextmanager
+    def changes(self, tracking: Tracking) -> Iterator[PgCursor]:
+        cursor: PgCursor | None = getattr(_FOLDING, "cursor", None)
+        if cursor is None:
+            msg = (
+                f"the {self.name} view is written only by the read models' runner, "
+                "inside its fold of an event"
+            )
+            raise ProgrammingError(msg)
+        yield cursor
+
+    def _select(self, statement: str, params: Any = ()) -> list[Any]:
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(pg_sql(statement), params or None)
+            return cursor.fetchall()
+
+    def create_statements(self) -> list[Composed]:
+        return [SQL(statement).format() for statement in self.pg_ddl]
+
+
+# ------------------------------------------------- every read model's view
+
+
+class PostgresHandoffQueueView(HandoffQueueTables, PostgresView):
+    """The ``handoff_queue`` read model."""
+
+
+class PostgresFailureGatesView(FailureGatesTables, PostgresView):
+    """The ``hitl_failure_gates`` read model."""
+
+
+class PostgresHumanSessionsView(HumanSessionsTables, PostgresView):
+    """The ``hitl_sessions`` read model."""
+
+
+class PostgresLessonsView(LessonsTables, PostgresView):
+    """The ``lessons_learned`` read model."""
+
+    def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        """Read each time (PostgreSQL answers from its own buffers)."""
+        rows = self._select(
+            "SELECT failed_strategy FROM lessons_learned WHERE task_id = ? "
+            "ORDER BY position",
+            (task_id,),
+        )
+        return tuple(row["failed_strategy"] for row in rows)
+
+
+class PostgresRunsView(RunsTables, PostgresView):
+    """The ``runs`` read model."""
+
+
+class PostgresTaskFailuresView(TaskFailuresTables, PostgresView):
+    """The ``task_failures`` read model."""
+
+
+class PostgresTasksView(TasksTables, PostgresView):
+    """The ``tasks`` read model."""
+
+
+_VIEWS: dict[str, type[PostgresView]] = {
+    view.name: view
+    for view in (
+        PostgresTasksView,
+        PostgresHumanSessionsView,
+        PostgresFailureGatesView,
+        PostgresLessonsView,
+        PostgresTaskFailuresView,
+        PostgresHandoffQueueView,
+        PostgresRunsView,
+    )
+}
+POSTGRES: tuple[tuple[type[ReadModelProjection[Any]], type[PostgresView]], ...] = tuple(
+    (projection, _VIEWS[view.name]) for projection, view in SQLITE
+)
+"""Every read model with its PostgreSQL view, in the registry's order."""

@@ -1,0 +1,406 @@
+"""The PostgreSQL read models, kept by eventsourcing's ``ProjectionRunner``.
+
+On PostgreSQL the read models are not caught up inside queries. A
+``ProjectionRunner`` follows the application's log (a subscription woken by
+``LISTEN``/``NOTIFY``) and feeds each event to :class:`ReadModelsProjection`,
+which folds it into every read model's tables and records its position, all
+in one transaction (:class:`PostgresViews`). The runner lives in each process
+that opens the service (``DEVS_PROJECTIONS=runner``, the default: every
+``devs serve`` worker, a script) or in a separate ``devs project`` worker
+(``DEVS_PROJECTIONS=external`` for the others). Any number of runners may
+follow one database: each fold first takes a transaction-scoped advisory lock
+and skips an event another runner already folded, so every event is folded
+once.
+
+A query waits, bounded by ``DEVS_READ_WAIT`` seconds, until the runner has
+folded the log as it ended when the query began: the Python API reads its own
+writes on PostgreSQL as on SQLite.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from eventsourcing.application import Application
+from eventsourcing.persistence import Mapper, StoredEvent, Tracking
+from eventsourcing.postgres import (
+    PostgresDatastore,
+    PostgresFactory,
+    PostgresTrackingRecorder,
+)
+from eventsourcing.projection import Projection, ProjectionRunner
+from psycopg import Cursor
+from psycopg.rows import DictRow
+from psycopg.sql import SQL, Identifier
+
+from devs.domain.errors import DevsError, InvalidInput, StoreError, UnreadableEvent
+from devs.domain.ports import Verification
+from devs.domain.redaction import redact
+from devs.projections.base import Handler, ReadModelProjection
+from devs.projections.pg import POSTGRES, PostgresView, folding
+from devs.projections.queries import ViewQueries
+
+PROJECTION_NAME = "devs_views"
+TRACKING_TABLE = f"{PROJECTION_NAME}_tracking"
+LOCK_KEY = 0x64657673_76696577  # "devsview": one fold at a time, per database
+PAGE_SIZE = 500
+MODE_ENV = "DEVS_PROJECTIONS"
+MODES = ("runner", "external")
+WAIT_ENV = "DEVS_READ_WAIT"
+DEFAULT_WAIT = 5.0
+MAX_EXAMPLES = 3
+
+logger = logging.getLogger("devs.read_models")
+
+
+class Undecodable:
+    """An event the runner could not decode: folded into nothing, its position
+    recorded (``devs verify`` reports it)."""
+
+    def __init__(self, stored: StoredEvent) -> None:
+        self.originator_id = stored.originator_id
+        self.originator_version = stored.originator_version
+
+
+class PostgresViews(PostgresTrackingRecorder):
+    """Every read model's tables and their one position, in PostgreSQL."""
+
+    def __init__(
+        self,
+        datastore: PostgresDatastore,
+        *,
+        tracking_table_name: str = TRACKING_TABLE,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(datastore, tracking_table_name=tracking_table_name, **kwargs)
+        self.views: dict[str, PostgresView] = {}
+        self.projections: dict[str, ReadModelProjection[Any]] = {}
+        for projection_class, view_class in POSTGRES:
+            view = view_class(datastore, tracking_table_name=tracking_table_name)
+            self.views[view.name] = view
+            self.projections[view.name] = projection_class(view=view)
+            self.sql_create_statements.extend(view.create_statements())
+        self._handlers: dict[
+            tuple[tuple[str, ...], type[Any]],
+            list[tuple[ReadModelProjection[Any], Handler]],
+        ] = {}
+
+    def handlers(
+        self, event_class: type[Any], names: Sequence[str] | None = None
+    ) -> list[tuple[ReadModelProjection[Any], Handler]]:
+        key = (tuple(names) if names is not None else (), event_class)
+        found = self._handlers.get(key)
+        if found is None:
+            found = []
+            for name, projection in self.projections.items():
+                if names is not None and name not in names:
+                    continue
+                handler = type(projection).handler_for(event_class)
+                if handler is not None:
+                    found.append((projection, handler))
+            self._handlers[key] = found
+        return found
+
+    def fold(self, domain_event: Any, tracking: Tracking) -> bool:
+        """Fold one event into every read model and record its position, in
+        one transaction; ``False`` if another runner folded it already."""
+        handlers = self.handlers(type(domain_event))
+        with self.datastore.transaction(commit=True) as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+            current = self._max_tracking_id(tracking.application_name, cursor) or 0
+            if tracking.notification_id <= current:
+                return False
+            with folding(cursor):
+                for projection, handler in handlers:
+                    handler(projection, domain_event, tracking)
+            self._insert_tracking(cursor, tracking)
+        return True
+
+    def rows(self, cursor: Cursor[DictRow], name: str) -> dict[str, Counter[Any]]:
+        """Each table of read model ``name``, as a multiset of rows."""
+        found: dict[str, Counter[Any]] = {}
+        for table in self.views[name].tables:
+            cursor.execute(
+                SQL("SELECT * FROM {}.{}").format(
+                    Identifier(self.datastore.schema or "public"), Identifier(table)
+                )
+            )
+            found[table] = Counter(tuple(row.values()) for row in cursor.fetchall())
+        return found
+
+
+class ReadModelsProjection(Projection[PostgresViews]):
+    """What the runner feeds every event to (no topics: each event moves the
+    position, even one no read model folds)."""
+
+    name = PROJECTION_NAME
+    topics: tuple[str, ...] = ()
+
+    def process_event(self, domain_event: Any, tracking: Tracking) -> None:
+        self.view.fold(domain_event, tracking)
+
+
+def log_class(name: str) -> type[Application[str]]:
+    """An application that only reads the log of application ``name``, for
+    the runner to follow (the service itself would open read models again)."""
+
+    class RecoveryLog(Application[str]):
+        def construct_mapper(self) -> Mapper[str]:
+            mapper = super().construct_mapper()
+            decode = mapper.to_domain_event
+
+            def tolerant(stored: StoredEvent) -> Any:
+                try:
+                    return decode(stored)
+                except UnreadableEvent as error:
+                    logger.error("read models: event left out: %s", error)
+                    return Undecodable(stored)
+
+            mapper.to_domain_event = tolerant  # type: ignore[method-assign,assignment]
+            return mapper
+
+    RecoveryLog.name = name
+    return RecoveryLog
+
+
+class PostgresReadModels(ViewQueries):
+    """The application's read models in its PostgreSQL database."""
+
+    def __init__(self, app: Application[Any]) -> None:
+        if not isinstance(app.factory, PostgresFactory):
+            msg = (
+                "the PostgreSQL read models need eventsourcing.postgres persistence; "
+                f"PERSISTENCE_MODULE is {app.env.get('PERSISTENCE_MODULE')!r}"
+            )
+            raise DevsError(msg)
+        self.app = app
+        self.mode = app.env.get(MODE_ENV) or "runner"
+        if self.mode not in MODES:
+            msg = f"{MODE_ENV} must be one of {', '.join(MODES)}, got {self.mode!r}"
+            raise InvalidInput(msg, field=MODE_ENV)
+        self.wait = _wait(app.env.get(WAIT_ENV))
+        self.store = PostgresViews(app.factory.datastore)
+        self.store.create_table()
+        self.views: dict[str, Any] = dict(self.store.views)
+        self.names = tuple(self.views)
+        self._runner: ProjectionRunner[Any, PostgresViews] | None = None
+        self._runner_lock = threading.Lock()
+        if self.mode == "runner":
+            self._start_runner()
+
+    # ----------------------------------------------------------- the runner
+
+    def _start_runner(self) -> None:
+        self._runner = ProjectionRunner(
+            application_class=log_class(self.app.name),
+            projection_class=ReadModelsProjection,
+            view_class=PostgresViews,
+            env=dict(self.app.env),
+        )
+
+    def _check_runner(self) -> None:
+        """Restart a runner that stopped on an error (the database went away)."""
+        runner = self._runner
+        if runner is None or not runner.is_interrupted.is_set():
+            return
+        with self._runner_lock:
+            if self._runner is not runner:
+                return
+            try:
+                runner.run_forever(timeout=0)
+            except Exception as error:
+                logger.warning("read models' runner stopped (%s); restarting", error)
+            try:
+                runner.stop()
+                runner.app.close()
+            finally:
+                self._start_runner()
+
+    def close(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.stop()
+            runner.app.close()
+            runner.view.datastore.close()
+
+    # ------------------------------------------------------------ positions
+
+    def position(self) -> int:
+        return self.store.max_tracking_id(self.app.name) or 0
+
+    def positions(self) -> dict[str, int]:
+        position = self.position()
+        return dict.fromkeys(self.names, position)
+
+    def catch_up(self) -> int:
+        """Wait until the runner folded the log as it ends now; the position."""
+        return self.catch_up_to(self.app.recorder.max_notification_id() or 0)
+
+    def catch_up_to(self, target: int) -> int:
+        deadline = time.monotonic() + self.wait
+        pause = 0.0005
+        while True:
+            position = self.position()
+            if position >= target:
+                return position
+            self._check_runner()
+            if time.monotonic() >= deadline:
+                where = (
+                    "this process's runner is behind"
+                    if self._runner is not None
+                    else "is a `devs project` worker running?"
+                )
+                msg = (
+                    f"the read models reached position {position}, not {target}, "
+                    f"within {self.wait:g} s ({WAIT_ENV}); {where}"
+                )
+                raise StoreError(msg)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
+    # ------------------------------------------------- rebuilding, verifying
+
+    def rebuild(
+        self,
+        names: Sequence[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Refold the named read models from position 0 in one transaction:
+        queries see the old rows until it commits; runners wait for it."""
+        chosen = self._chosen(names)
+        with self.store.datastore.transaction(commit=True) as cursor:
+            position = self._refold(cursor, chosen, progress)
+        return position
+
+    def verify(
+        self, progress: Callable[[int, int], None] | None = None
+    ) -> Verification:
+        """Refold every read model inside a transaction that is rolled back,
+        and compare with the rows it held: writes nothing."""
+        problems: list[str] = []
+        last = self.app.recorder.max_notification_id() or 0
+        with self.store.datastore.transaction(commit=False) as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+            position = self.store._max_tracking_id(self.app.name, cursor) or 0
+            stored = {name: self.store.rows(cursor, name) for name in self.names}
+            self._refold(cursor, self.names, progress, locked=True)
+            expected = {name: self.store.rows(cursor, name) for name in self.names}
+        if position > last:
+            problems.append(
+                f"the read models are at position {position}, past the end of "
+                f"the log ({last}); rebuild them"
+            )
+        for name in self.names:
+            problems.extend(_differences(name, position, stored[name], expected[name]))
+        problems.extend(
+            f"event at log position {found} cannot be decoded; the read models "
+            "leave it out"
+            for found in self._undecodable
+            if found <= position
+        )
+        return Verification(
+            ok=not problems,
+            problems=[redact(problem) for problem in problems],
+            position=last,
+            read_models=self.names,
+            positions=dict.fromkeys(self.names, position),
+        )
+
+    def _chosen(self, names: Sequence[str] | None) -> tuple[str, ...]:
+        if names is None:
+            return self.names
+        unknown = [name for name in names if name not in self.views]
+        if unknown:
+            msg = (
+                f"no read model named {unknown[0]!r:.80}; "
+                f"there are {', '.join(self.names)}"
+            )
+            raise InvalidInput(msg, field="names")
+        return tuple(dict.fromkeys(names))
+
+    def _refold(
+        self,
+        cursor: Cursor[DictRow],
+        names: Sequence[str],
+        progress: Callable[[int, int], None] | None,
+        *,
+        locked: bool = False,
+    ) -> int:
+        """Within ``cursor``'s transaction: empty the named read models and
+        fold the log into them again, up to their position; the position."""
+        if not locked:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        position = self.store._max_tracking_id(self.app.name, cursor) or 0
+        schema = self.store.datastore.schema or "public"
+        for name in names:
+            for table in self.views[name].tables:
+                cursor.execute(
+                    SQL("DELETE FROM {}.{}").format(
+                        Identifier(schema), Identifier(table)
+                    )
+                )
+        self._undecodable: list[int] = []
+        mapper, recorder = self.app.mapper, self.app.recorder
+        start = 1
+        with folding(cursor):
+            while start <= position:
+                page = recorder.select_notifications(
+                    start=start, limit=PAGE_SIZE, stop=position
+                )
+                if not page:
+                    break
+                for notification in page:
+                    try:
+                        domain_event = mapper.to_domain_event(notification)
+                    except UnreadableEvent:
+                        self._undecodable.append(notification.id)
+                        continue
+                    tracking = Tracking(self.app.name, notification.id)
+                    for projection, handler in self.store.handlers(
+                        type(domain_event), names
+                    ):
+                        handler(projection, domain_event, tracking)
+                start = page[-1].id + 1
+                if progress is not None:
+                    progress(min(start - 1, position), position)
+        return position
+
+
+def _wait(value: str | None) -> float:
+    try:
+        wait = DEFAULT_WAIT if not value else float(value)
+    except ValueError:
+        wait = -1.0
+    if not 0 < wait <= 300:
+        msg = f"{WAIT_ENV} must be a number of seconds in (0, 300], got {value!r}"
+        raise InvalidInput(msg, field=WAIT_ENV)
+    return wait
+
+
+def _differences(
+    name: str,
+    position: int,
+    stored: dict[str, Counter[Any]],
+    expected: dict[str, Counter[Any]],
+) -> list[str]:
+    problems: list[str] = []
+    for table, rows in stored.items():
+        want = expected[table]
+        missing, extra = want - rows, rows - want
+        if not missing and not extra:
+            continue
+        examples = [
+            f"{'missing' if row in missing else 'unexpected'} {row!r:.100}"
+            for row in [*missing, *extra][:MAX_EXAMPLES]
+        ]
+        problems.append(
+            f"read model {name!r}, table {table}: {missing.total()} row(s) of "
+            f"the log missing, {extra.total()} row(s) not from the log, at "
+            f"position {position} (e.g. {'; '.join(examples)}); rebuild it"
+        )
+    return problems

@@ -1,0 +1,117 @@
+"""The queries of the ``ReadModels`` port, over the views by name: the same on
+SQLite and PostgreSQL, whose read models differ in how they are kept."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from devs.domain.ports import (
+    FailureReport,
+    GateStatus,
+    HandoffEntry,
+    Lesson,
+    PendingSession,
+    RunState,
+    TaskIndexEntry,
+)
+from devs.domain.run import Run
+from devs.domain.task import Task
+
+R = TypeVar("R")
+
+
+class ViewQueries:
+    """Answers from ``self.views`` (read model name -> view).
+
+    ``_ask`` runs each question (a backend may retry it after a repair);
+    ``_readable`` refuses a task or run one of whose events could not be read.
+    """
+
+    views: dict[str, Any]
+
+    def _ask(self, question: Callable[[], R]) -> R:
+        return question()
+
+    def _readable(self, originator_id: str) -> None:
+        """Nothing to refuse, unless a backend says otherwise."""
+
+    def task_entry(self, task_id: str) -> TaskIndexEntry | None:
+        self._readable(Task.create_id(task_id))
+        found: TaskIndexEntry | None = self._ask(
+            lambda: self.views["tasks"].task_entry(task_id)
+        )
+        return found
+
+    def task_entries(
+        self, *, state: str | None = None, run_id: str | None = None
+    ) -> list[TaskIndexEntry]:
+        found: list[TaskIndexEntry] = self._ask(
+            lambda: self.views["tasks"].task_entries(state=state, run_id=run_id)
+        )
+        return found
+
+    def gate_status(self, task_id: str) -> GateStatus | None:
+        self._readable(Task.create_id(task_id))
+        return self._ask(lambda: self._gate_status(task_id))
+
+    def _gate_status(self, task_id: str) -> GateStatus | None:
+        task = self.views["tasks"].task_row(task_id)
+        if task is None:
+            return None
+        gate = self.views["hitl_failure_gates"].open_gate_of(task_id)
+        passed = task["last_gate_passed"]
+        return GateStatus(
+            task_id=task_id,
+            state=task["state"],
+            consecutive_failures=task["failure_count"],
+            triggered=gate is not None,
+            session_id=gate["session_id"] if gate else None,
+            reason=gate["reason"] if gate else None,
+            entropy_score=gate["entropy_score"] if gate else None,
+            triggered_at=gate["opened_at"] if gate else None,
+            last_gate=task["last_gate"],
+            last_passed=None if passed is None else bool(passed),
+            last_reason=task["last_gate_reason"],
+            last_exit_code=task["last_exit_code"],
+            last_error_hash=task["last_error_hash"],
+            updated_at=task["updated_at"],
+        )
+
+    def failure_report(self, task_id: str) -> FailureReport | None:
+        self._readable(Task.create_id(task_id))
+        found: FailureReport | None = self._ask(
+            lambda: self.views["task_failures"].failure_report(task_id)
+        )
+        return found
+
+    def lessons(self, task_id: str) -> list[Lesson]:
+        self._readable(Task.create_id(task_id))
+        found: list[Lesson] = self._ask(
+            lambda: self.views["lessons_learned"].lessons(task_id)
+        )
+        return found
+
+    def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        self._readable(Task.create_id(task_id))
+        found: tuple[str, ...] = self._ask(
+            lambda: self.views["lessons_learned"].lesson_strategies(task_id)
+        )
+        return found
+
+    def pending_sessions(self) -> list[PendingSession]:
+        found: list[PendingSession] = self._ask(
+            lambda: self.views["hitl_sessions"].pending_sessions()
+        )
+        return found
+
+    def handoff_queue(self) -> list[HandoffEntry]:
+        found: list[HandoffEntry] = self._ask(
+            lambda: self.views["handoff_queue"].handoff_queue()
+        )
+        return found
+
+    def run_state(self, run_id: str) -> RunState | None:
+        self._readable(Run.create_id(run_id))
+        found: RunState | None = self._ask(lambda: self.views["runs"].run_state(run_id))
+        return found
