@@ -62,11 +62,10 @@ from devs.domain import (
     TaskSummary,
 )
 from devs.domain.application import DB_ENV, DEFAULT_DB
+from devs.domain.database import DEFAULT_READ_WAIT, READ_WAIT_ENV, read_wait
 from devs.domain.redaction import redact
 
 TOKEN_ENV = "DEVS_API_TOKEN"
-READ_WAIT_ENV = "DEVS_READ_WAIT"
-DEFAULT_READ_WAIT = 5.0
 STREAM_POLL = 0.25  # seconds between looks at the log for new notifications
 STREAM_HEARTBEAT = 15.0  # seconds between comment lines on a quiet stream
 POSITION_HEADER = "X-Devs-Position"
@@ -323,7 +322,7 @@ def create_app(
                 with service.exactly_once(key, request):
                     value = call(service)
             except InvalidInput as error:
-                if error.field in ("idempotency_key", "key"):
+                if error.field == "idempotency_key":
                     error.field = KEY_HEADER
                 raise
         position = service.recorder.max_notification_id() or 0
@@ -677,15 +676,7 @@ def _events(svc: Callable[[], RecoveryService], after: int) -> Iterator[bytes]:
 
 def read_wait_from_env() -> float:
     """``DEVS_READ_WAIT`` in seconds, in (0, 300]; ``InvalidInput`` otherwise."""
-    wait = os.environ.get(READ_WAIT_ENV)
-    try:
-        read_wait = DEFAULT_READ_WAIT if wait is None else float(wait)
-    except ValueError:
-        read_wait = -1.0
-    if not 0 < read_wait <= 300:
-        msg = f"{READ_WAIT_ENV} must be a number of seconds in (0, 300], got {wait!r}"
-        raise InvalidInput(msg, field=READ_WAIT_ENV)
-    return read_wait
+    return read_wait(os.environ.get(READ_WAIT_ENV))
 
 
 def app_from_env() -> FastAPI:

@@ -14,6 +14,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from devs.domain.errors import InvalidInput
 
 DATABASE_URL_ENV = "DEVS_DATABASE_URL"
+READ_WAIT_ENV = "DEVS_READ_WAIT"
+DEFAULT_READ_WAIT = 5.0
 POSTGRES_MODULES = ("eventsourcing.postgres", "eventsourcing.postgres:PostgresFactory")
 
 
@@ -68,3 +70,16 @@ def postgres_env(url: str) -> dict[str, str]:
 
 def _without_password(error: ValueError) -> str:
     return str(error).split(":", 1)[0]
+
+
+def read_wait(value: str | None) -> float:
+    """``DEVS_READ_WAIT``: how long a query waits for the read models, in
+    seconds in (0, 300] (default 5); ``InvalidInput`` otherwise."""
+    try:
+        wait = DEFAULT_READ_WAIT if value is None else float(value)
+    except ValueError:
+        wait = -1.0
+    if not 0 < wait <= 300:
+        msg = f"{READ_WAIT_ENV} must be a number of seconds in (0, 300], got {value!r}"
+        raise InvalidInput(msg, field=READ_WAIT_ENV)
+    return wait

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -304,3 +305,45 @@ class SQLiteView(SQLiteTrackingRecorder, SQLTables):
         with self.datastore.transaction(commit=False) as cursor:
             cursor.execute(statement, params)
             return list(cursor.fetchall())
+
+
+# ------------------------------------------------------------- verifying
+
+MAX_EXAMPLES = 3
+
+
+def differences(
+    name: str,
+    position: int,
+    stored: Mapping[str, Counter[tuple[Any, ...]] | None],
+    expected: Mapping[str, Counter[tuple[Any, ...]] | None],
+) -> list[str]:
+    """One line per table of read model ``name`` that differs from the fold
+    (``None``: a table missing), for ``verify`` on either backend."""
+    problems: list[str] = []
+    for table, rows in stored.items():
+        if rows is None:
+            problems.append(
+                f"read model {name!r}: table {table} is missing (the next query "
+                "remakes it and refills it from the log)"
+            )
+            continue
+        want = expected[table] or Counter()
+        missing, extra = want - rows, rows - want
+        if not missing and not extra:
+            continue
+        examples = [
+            f"{'missing' if row in missing else 'unexpected'} {_brief(row)}"
+            for row in [*missing, *extra][:MAX_EXAMPLES]
+        ]
+        problems.append(
+            f"read model {name!r}, table {table}: {missing.total()} row(s) of "
+            f"the log missing, {extra.total()} row(s) not from the log, at "
+            f"position {position} (e.g. {'; '.join(examples)}); rebuild it"
+        )
+    return problems
+
+
+def _brief(row: tuple[Any, ...]) -> str:
+    text = ", ".join(repr(value) for value in row[:3])
+    return f"({text[:100]}{', …' if len(row) > 3 or len(text) > 100 else ''})"

@@ -38,10 +38,11 @@ from psycopg import Cursor
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
+from devs.domain.database import READ_WAIT_ENV, read_wait
 from devs.domain.errors import DevsError, InvalidInput, StoreError, UnreadableEvent
 from devs.domain.ports import Verification
 from devs.domain.redaction import redact
-from devs.projections.base import Handler, ReadModelProjection
+from devs.projections.base import Handler, ReadModelProjection, differences
 from devs.projections.pg import POSTGRES, PostgresView, folding
 from devs.projections.queries import ViewQueries
 
@@ -51,9 +52,6 @@ LOCK_KEY = 0x64657673_76696577  # "devsview": one fold at a time, per database
 PAGE_SIZE = 500
 MODE_ENV = "DEVS_PROJECTIONS"
 MODES = ("runner", "external")
-WAIT_ENV = "DEVS_READ_WAIT"
-DEFAULT_WAIT = 5.0
-MAX_EXAMPLES = 3
 
 logger = logging.getLogger("devs.read_models")
 
@@ -183,7 +181,7 @@ class PostgresReadModels(ViewQueries):
         if self.mode not in MODES:
             msg = f"{MODE_ENV} must be one of {', '.join(MODES)}, got {self.mode!r}"
             raise InvalidInput(msg, field=MODE_ENV)
-        self.wait = _wait(app.env.get(WAIT_ENV))
+        self.wait = read_wait(app.env.get(READ_WAIT_ENV))
         self.store = PostgresViews(app.factory.datastore)
         self.store.create_table()
         self.views: dict[str, Any] = dict(self.store.views)
@@ -257,7 +255,7 @@ class PostgresReadModels(ViewQueries):
                 )
                 msg = (
                     f"the read models reached position {position}, not {target}, "
-                    f"within {self.wait:g} s ({WAIT_ENV}); {where}"
+                    f"within {self.wait:g} s ({READ_WAIT_ENV}); {where}"
                 )
                 raise StoreError(msg)
             time.sleep(pause)
@@ -274,7 +272,7 @@ class PostgresReadModels(ViewQueries):
         queries see the old rows until it commits; runners wait for it."""
         chosen = self._chosen(names)
         with self.store.datastore.transaction(commit=True) as cursor:
-            position = self._refold(cursor, chosen, progress)
+            position, _ = self._refold(cursor, chosen, progress)
         return position
 
     def verify(
@@ -288,7 +286,7 @@ class PostgresReadModels(ViewQueries):
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
             position = self.store._max_tracking_id(self.app.name, cursor) or 0
             stored = {name: self.store.rows(cursor, name) for name in self.names}
-            self._refold(cursor, self.names, progress, locked=True)
+            _, undecodable = self._refold(cursor, self.names, progress, locked=True)
             expected = {name: self.store.rows(cursor, name) for name in self.names}
         if position > last:
             problems.append(
@@ -296,11 +294,11 @@ class PostgresReadModels(ViewQueries):
                 f"the log ({last}); rebuild them"
             )
         for name in self.names:
-            problems.extend(_differences(name, position, stored[name], expected[name]))
+            problems.extend(differences(name, position, stored[name], expected[name]))
         problems.extend(
             f"event at log position {found} cannot be decoded; the read models "
             "leave it out"
-            for found in self._undecodable
+            for found in undecodable
             if found <= position
         )
         return Verification(
@@ -330,9 +328,10 @@ class PostgresReadModels(ViewQueries):
         progress: Callable[[int, int], None] | None,
         *,
         locked: bool = False,
-    ) -> int:
+    ) -> tuple[int, list[int]]:
         """Within ``cursor``'s transaction: empty the named read models and
-        fold the log into them again, up to their position; the position."""
+        fold the log into them again, up to their position; the position and
+        the log positions of the events that could not be decoded."""
         if not locked:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
         position = self.store._max_tracking_id(self.app.name, cursor) or 0
@@ -344,7 +343,7 @@ class PostgresReadModels(ViewQueries):
                         Identifier(schema), Identifier(table)
                     )
                 )
-        self._undecodable: list[int] = []
+        undecodable: list[int] = []
         mapper, recorder = self.app.mapper, self.app.recorder
         start = 1
         with folding(cursor):
@@ -358,7 +357,7 @@ class PostgresReadModels(ViewQueries):
                     try:
                         domain_event = mapper.to_domain_event(notification)
                     except UnreadableEvent:
-                        self._undecodable.append(notification.id)
+                        undecodable.append(notification.id)
                         continue
                     tracking = Tracking(self.app.name, notification.id)
                     for projection, handler in self.store.handlers(
@@ -368,39 +367,4 @@ class PostgresReadModels(ViewQueries):
                 start = page[-1].id + 1
                 if progress is not None:
                     progress(min(start - 1, position), position)
-        return position
-
-
-def _wait(value: str | None) -> float:
-    try:
-        wait = DEFAULT_WAIT if not value else float(value)
-    except ValueError:
-        wait = -1.0
-    if not 0 < wait <= 300:
-        msg = f"{WAIT_ENV} must be a number of seconds in (0, 300], got {value!r}"
-        raise InvalidInput(msg, field=WAIT_ENV)
-    return wait
-
-
-def _differences(
-    name: str,
-    position: int,
-    stored: dict[str, Counter[Any]],
-    expected: dict[str, Counter[Any]],
-) -> list[str]:
-    problems: list[str] = []
-    for table, rows in stored.items():
-        want = expected[table]
-        missing, extra = want - rows, rows - want
-        if not missing and not extra:
-            continue
-        examples = [
-            f"{'missing' if row in missing else 'unexpected'} {row!r:.100}"
-            for row in [*missing, *extra][:MAX_EXAMPLES]
-        ]
-        problems.append(
-            f"read model {name!r}, table {table}: {missing.total()} row(s) of "
-            f"the log missing, {extra.total()} row(s) not from the log, at "
-            f"position {position} (e.g. {'; '.join(examples)}); rebuild it"
-        )
-    return problems
+        return position, undecodable

@@ -43,6 +43,7 @@ from devs.projections.base import (
     Handler,
     ReadModelProjection,
     SQLiteView,
+    differences,
     persistence_error,
 )
 from devs.projections.queries import ViewQueries
@@ -53,7 +54,6 @@ from devs.projections.unreadable import Unreadable, UnreadableEvents
 
 PAGE_SIZE = 500
 MAX_CONFLICTS = 20
-MAX_EXAMPLES = 3
 LEGACY_TABLES = (
     "view_task_index",
     "view_gate_status",
@@ -459,7 +459,7 @@ class SQLiteReadModels(ViewQueries):
                     beside.catch_up_to(position, pending, progress)
                     compared.append(name)
                     expected = beside._stored_rows([name], own=True).views[name][1]
-                    problems.extend(_differences(name, position, rows, expected))
+                    problems.extend(differences(name, position, rows, expected))
                 beside.catch_up_to(last, list(self.views), progress)
                 found = beside.unreadable.all()
             finally:
@@ -562,39 +562,3 @@ class SQLiteReadModels(ViewQueries):
             self.repair()  # or another process just did
             self.catch_up()
             return question()
-
-
-def _differences(
-    name: str,
-    position: int,
-    stored: dict[str, Counter[tuple[Any, ...]] | None],
-    expected: dict[str, Counter[tuple[Any, ...]] | None],
-) -> list[str]:
-    """One line per table of read model ``name`` that differs from the fold."""
-    problems: list[str] = []
-    for table, rows in stored.items():
-        if rows is None:
-            problems.append(
-                f"read model {name!r}: table {table} is missing (the next query "
-                "remakes it and refills it from the log)"
-            )
-            continue
-        want = expected[table] or Counter()
-        missing, extra = want - rows, rows - want
-        if not missing and not extra:
-            continue
-        examples = [
-            f"{'missing' if row in missing else 'unexpected'} {_brief(row)}"
-            for row in [*missing, *extra][:MAX_EXAMPLES]
-        ]
-        problems.append(
-            f"read model {name!r}, table {table}: {missing.total()} row(s) of "
-            f"the log missing, {extra.total()} row(s) not from the log, at "
-            f"position {position} (e.g. {'; '.join(examples)}); rebuild it"
-        )
-    return problems
-
-
-def _brief(row: tuple[Any, ...]) -> str:
-    text = ", ".join(repr(value) for value in row[:3])
-    return f"({text[:100]}{', …' if len(row) > 3 or len(text) > 100 else ''})"
