@@ -28,7 +28,12 @@ from eventsourcing.utils import EnvType, get_topic, resolve_topic
 from devs.domain import blacklist, journal
 from devs.domain.chart import WAITING, Trigger, destination
 from devs.domain.commands import RECEIPT, TaskCommands, store_errors
-from devs.domain.database import DATABASE_URL_ENV, POSTGRES_MODULES, postgres_env
+from devs.domain.database import (
+    DATABASE_URL_ENV,
+    POSTGRES_FACTORY,
+    POSTGRES_MODULES,
+    postgres_env,
+)
 from devs.domain.decisions import (
     ActionResult,
     AttemptDecision,
@@ -140,6 +145,7 @@ class RecoveryService(TaskCommands):
         if url:
             environment.update(postgres_env(url))
         if environment.get("PERSISTENCE_MODULE") in POSTGRES_MODULES:
+            environment["PERSISTENCE_MODULE"] = POSTGRES_FACTORY
             if environment[READ_MODELS_TOPIC] == SQLITE_READ_MODELS:
                 environment[READ_MODELS_TOPIC] = POSTGRES_READ_MODELS
             for setting, default in POSTGRES_DEFAULTS.items():

@@ -16,7 +16,13 @@ from devs.domain.errors import InvalidInput
 DATABASE_URL_ENV = "DEVS_DATABASE_URL"
 READ_WAIT_ENV = "DEVS_READ_WAIT"
 DEFAULT_READ_WAIT = 5.0
-POSTGRES_MODULES = ("eventsourcing.postgres", "eventsourcing.postgres:PostgresFactory")
+POSTGRES_FACTORY = "devs.adapters.postgres:PostgresFactory"
+"""eventsourcing's PostgreSQL factory, its tables created one process at a time."""
+POSTGRES_MODULES = (
+    POSTGRES_FACTORY,
+    "eventsourcing.postgres",
+    "eventsourcing.postgres:PostgresFactory",
+)
 
 
 def postgres_env(url: str) -> dict[str, str]:
@@ -59,7 +65,7 @@ def postgres_env(url: str) -> dict[str, str]:
         msg = f"{DATABASE_URL_ENV} has a port out of range [1, 65535]"
         raise InvalidInput(msg, field=DATABASE_URL_ENV)
     return {
-        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "PERSISTENCE_MODULE": POSTGRES_FACTORY,
         "POSTGRES_DBNAME": settings["dbname"],
         "POSTGRES_HOST": settings["host"],
         "POSTGRES_PORT": settings["port"],

@@ -182,3 +182,17 @@ POSTGRES: tuple[tuple[type[ReadModelProjection[Any]], type[PostgresView]], ...] 
     (projection, _VIEWS[view.name]) for projection, view in SQLITE
 )
 """Every read model with its PostgreSQL view, in the registry's order."""
+
+
+DDL_LOCK = 0x64657673_64646C00  # "devsddl": one process creates tables at a time
+
+
+class SerializedDDL:
+    """A PostgreSQL recorder whose tables are created under a transaction-scoped
+    advisory lock: processes that open a new database together (workers, a
+    fleet of agents) would otherwise race in PostgreSQL's catalog ("tuple
+    concurrently updated") although every statement says IF NOT EXISTS."""
+
+    def _create_table(self, curs: Cursor[DictRow]) -> None:
+        curs.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK,))
+        super()._create_table(curs)  # type: ignore[misc]

@@ -43,7 +43,7 @@ from devs.domain.errors import DevsError, InvalidInput, StoreError, UnreadableEv
 from devs.domain.ports import Verification
 from devs.domain.redaction import redact
 from devs.projections.base import Handler, ReadModelProjection, differences
-from devs.projections.pg import POSTGRES, PostgresView, folding
+from devs.projections.pg import POSTGRES, PostgresView, SerializedDDL, folding
 from devs.projections.queries import ViewQueries
 
 PROJECTION_NAME = "devs_views"
@@ -65,7 +65,7 @@ class Undecodable:
         self.originator_version = stored.originator_version
 
 
-class PostgresViews(PostgresTrackingRecorder):
+class PostgresViews(SerializedDDL, PostgresTrackingRecorder):
     """Every read model's tables and their one position, in PostgreSQL."""
 
     def __init__(

@@ -12,7 +12,7 @@ from devs.domain.database import postgres_env
 def test_a_tcp_url() -> None:
     env = postgres_env("postgresql://devs:p%40ss@db.example:6543/referee")
     assert env == {
-        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "PERSISTENCE_MODULE": "devs.adapters.postgres:PostgresFactory",
         "POSTGRES_DBNAME": "referee",
         "POSTGRES_HOST": "db.example",
         "POSTGRES_PORT": "6543",
