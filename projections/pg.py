@@ -195,4 +195,23 @@ class SerializedDDL:
 
     def _create_table(self, curs: Cursor[DictRow]) -> None:
         curs.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK,))
+        if isinstance(self, PostgresTrackingRecorder):
+            _look_again(self, curs)
         super()._create_table(curs)  # type: ignore[misc]
+
+
+def _look_again(recorder: PostgresTrackingRecorder, curs: Cursor[DictRow]) -> None:
+    """Under the lock, see again whether the tracking table and its
+    ``__migration__`` row exist: eventsourcing looked before the lock, and a
+    process that raced this one may have made both meanwhile (inserting the
+    row again would fail)."""
+    curs.execute(
+        "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = %s AND tablename = %s",
+        (recorder.datastore.schema or "public", recorder.tracking_table_name),
+    )
+    if curs.fetchone() is None:
+        return
+    recorder.tracking_table_exists = True
+    migrated = recorder._max_tracking_id(recorder.table_migration_identifier, curs)
+    recorder.tracking_migration_previous = migrated
+    recorder.tracking_migration_current = migrated

@@ -2,9 +2,10 @@
 
 On PostgreSQL the read models are not caught up inside queries. A
 ``ProjectionRunner`` follows the application's log (a subscription woken by
-``LISTEN``/``NOTIFY``) and feeds each event to :class:`ReadModelsProjection`,
-which folds it into every read model's tables and records its position, all
-in one transaction (:class:`PostgresViews`). The runner lives in each process
+``LISTEN``/``NOTIFY``) and feeds the events to :class:`ReadModelsProjection`,
+which folds them into every read model's tables and records the position, all
+in one transaction per batch of events already fetched (:class:`PostgresViews`,
+:class:`ReadModelsRunner`). The runner lives in each process
 that opens the service (``DEVS_PROJECTIONS=runner``, the default: every
 ``devs serve`` worker, a script) or in a separate ``devs project`` worker
 (``DEVS_PROJECTIONS=external`` for the others). Any number of runners may
@@ -22,8 +23,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
+from queue import Queue
 from typing import Any
 
 from eventsourcing.application import Application
@@ -33,7 +36,11 @@ from eventsourcing.postgres import (
     PostgresFactory,
     PostgresTrackingRecorder,
 )
-from eventsourcing.projection import Projection, ProjectionRunner
+from eventsourcing.projection import (
+    ApplicationSubscription,
+    Projection,
+    ProjectionRunner,
+)
 from psycopg import Cursor
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
@@ -104,20 +111,35 @@ class PostgresViews(SerializedDDL, PostgresTrackingRecorder):
             self._handlers[key] = found
         return found
 
-    def fold(self, domain_event: Any, tracking: Tracking) -> bool:
-        """Fold one event into every read model and record its position, in
-        one transaction; ``False`` if another runner folded it already."""
-        handlers = self.handlers(type(domain_event))
+    def fold(self, events: Sequence[tuple[Any, Tracking]]) -> int:
+        """Fold events (in log order) into every read model and record the
+        last one's position, in one transaction; how many were folded (the
+        others another runner folded already).
+
+        The transaction commits without waiting for its WAL flush
+        (``synchronous_commit = off``): a server crash may lose the last
+        folds, and their positions with them, so a runner folds those events
+        again; the log itself keeps the server's setting.
+        """
+        if not events:
+            return 0
+        name = events[-1][1].application_name
+        folded = 0
         with self.datastore.transaction(commit=True) as cursor:
+            cursor.execute("SET LOCAL synchronous_commit = off")
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-            current = self._max_tracking_id(tracking.application_name, cursor) or 0
-            if tracking.notification_id <= current:
-                return False
+            current = self._max_tracking_id(name, cursor) or 0
             with folding(cursor):
-                for projection, handler in handlers:
-                    handler(projection, domain_event, tracking)
-            self._insert_tracking(cursor, tracking)
-        return True
+                for domain_event, tracking in events:
+                    if tracking.notification_id <= current:
+                        continue
+                    for projection, handler in self.handlers(type(domain_event)):
+                        handler(projection, domain_event, tracking)
+                    folded += 1
+            last = events[-1][1]
+            if last.notification_id > current:
+                self._insert_tracking(cursor, last)
+        return folded
 
     def rows(self, cursor: Cursor[DictRow], name: str) -> dict[str, Counter[Any]]:
         """Each table of read model ``name``, as a multiset of rows."""
@@ -133,14 +155,61 @@ class PostgresViews(SerializedDDL, PostgresTrackingRecorder):
 
 
 class ReadModelsProjection(Projection[PostgresViews]):
-    """What the runner feeds every event to (no topics: each event moves the
+    """What the runner feeds the log to (no topics: each event moves the
     position, even one no read model folds)."""
 
     name = PROJECTION_NAME
     topics: tuple[str, ...] = ()
 
     def process_event(self, domain_event: Any, tracking: Tracking) -> None:
-        self.view.fold(domain_event, tracking)
+        self.view.fold([(domain_event, tracking)])
+
+    def process_events(self, events: Sequence[tuple[Any, Tracking]]) -> None:
+        self.view.fold(events)
+
+
+def _more_ready(subscription: ApplicationSubscription[Any]) -> bool:
+    """Whether ``subscription`` holds more events already fetched (the rest
+    of a page, or pages queued by its pulling thread)."""
+    pulled = subscription.subscription
+    try:
+        page: Sequence[Any] = pulled._notifications  # type: ignore[attr-defined]
+        index: int = pulled._notifications_index  # type: ignore[attr-defined]
+        queue: Queue[Any] = pulled._notifications_queue  # type: ignore[attr-defined]
+    except AttributeError:  # another subscription class: one event at a time
+        return False
+    return index < len(page) or not queue.empty()
+
+
+class ReadModelsRunner(ProjectionRunner[Application[Any], PostgresViews]):
+    """eventsourcing's ``ProjectionRunner`` (its LISTEN/NOTIFY subscription,
+    threads and error handling), folding in one transaction the events its
+    subscription has already fetched, up to a page, instead of one
+    transaction per event: under load the read models keep up with the log
+    (docs/performance.md)."""
+
+    @staticmethod
+    def _process_events_loop(  # type: ignore[override]
+        subscription: ApplicationSubscription[Any],
+        projection: ReadModelsProjection,
+        is_stopping: threading.Event,
+        runner: weakref.ReferenceType[ReadModelsRunner],
+    ) -> None:
+        try:
+            batch: list[tuple[Any, Tracking]] = []
+            for domain_event, tracking in subscription:
+                batch.append((domain_event, tracking))
+                if len(batch) >= PAGE_SIZE or not _more_ready(subscription):
+                    projection.process_events(batch)
+                    batch = []
+        except BaseException as error:
+            found = runner()
+            if found is not None:
+                found._thread_error = error
+            else:
+                logger.error("read models' runner stopped: %s", error)
+        finally:
+            is_stopping.set()
 
 
 def log_class(name: str) -> type[Application[str]]:
@@ -186,7 +255,7 @@ class PostgresReadModels(ViewQueries):
         self.store.create_table()
         self.views: dict[str, Any] = dict(self.store.views)
         self.names = tuple(self.views)
-        self._runner: ProjectionRunner[Any, PostgresViews] | None = None
+        self._runner: ReadModelsRunner | None = None
         self._runner_lock = threading.Lock()
         if self.mode == "runner":
             self._start_runner()
@@ -194,7 +263,7 @@ class PostgresReadModels(ViewQueries):
     # ----------------------------------------------------------- the runner
 
     def _start_runner(self) -> None:
-        self._runner = ProjectionRunner(
+        self._runner = ReadModelsRunner(
             application_class=log_class(self.app.name),
             projection_class=ReadModelsProjection,
             view_class=PostgresViews,
@@ -218,6 +287,19 @@ class PostgresReadModels(ViewQueries):
                 runner.app.close()
             finally:
                 self._start_runner()
+
+    def follow(self, stop: threading.Event, check_every: float = 1.0) -> None:
+        """Fold the log as it grows until ``stop`` is set (``devs project``):
+        start a runner if this process has none, restart it when it stops on
+        an error (the database restarted), logging why."""
+        with self._runner_lock:
+            if self._runner is None:
+                self._start_runner()
+        while not stop.wait(check_every):
+            try:
+                self._check_runner()
+            except Exception as error:  # the database is still away: try again
+                logger.warning("read models' runner cannot start yet (%s)", error)
 
     def close(self) -> None:
         runner, self._runner = self._runner, None

@@ -8,10 +8,20 @@ of commands; they register on the root group :data:`cli` when imported here.
 
 from __future__ import annotations
 
-from devs.adapters.cli import admin, humans, runs, serve, tasks
+from devs.adapters.cli import admin, humans, project, runs, serve, tasks
 from devs.adapters.cli.base import ExitCode, cli
 
-__all__ = ["ExitCode", "admin", "cli", "humans", "main", "runs", "serve", "tasks"]
+__all__ = [
+    "ExitCode",
+    "admin",
+    "cli",
+    "humans",
+    "main",
+    "project",
+    "runs",
+    "serve",
+    "tasks",
+]
 
 
 def main() -> None:

@@ -619,3 +619,62 @@ def test_the_cli_on_postgresql(devs: Devs, pg_url: str) -> None:
     )
     assert_one_line_error(refused, "DEVS_DATABASE_URL must start with postgresql://")
     assert "pw" not in refused.stderr
+
+
+def test_devs_project_keeps_the_read_models_for_external_processes(
+    devs: Devs, pg_url: str
+) -> None:
+    """Commands run with DEVS_PROJECTIONS=external fold nothing themselves; a
+    `devs project` worker folds for them, and stops cleanly on SIGTERM."""
+    env = {"DEVS_DATABASE_URL": pg_url, "DEVS_PROJECTIONS": "external"}
+    worker = subprocess.Popen(
+        [DEVS, "project", "--check-every", "0.1"],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        devs("task", "start", "t1", env=env)
+        devs("gate", "run", "t1", "--", "false", code=RETRY, env=env)
+        devs("gate", "run", "t1", "--", "false", code=RETRY, env=env)
+        # `status` reads a read model: it waits for the worker to fold.
+        listed = devs.json("status", env=env)
+        assert [(row["task_id"], row["consecutive_failures"]) for row in listed] == [
+            ("t1", 2)
+        ]
+    finally:
+        worker.terminate()
+        _, stderr = worker.communicate(timeout=30)
+    assert worker.returncode == 0, stderr
+    assert "stopped at position" in stderr
+    assert stderr.strip().splitlines()[-1].endswith(str(event_count_pg(pg_url)))
+
+
+def test_devs_project_without_a_worker_the_reads_say_so(
+    devs: Devs, pg_url: str
+) -> None:
+    env = {
+        "DEVS_DATABASE_URL": pg_url,
+        "DEVS_PROJECTIONS": "external",
+        "DEVS_READ_WAIT": "0.2",
+    }
+    devs("task", "start", "t1", env=env)
+    waited = devs("status", code=9, env=env)
+    assert_one_line_error(waited, "is a `devs project` worker running?")
+
+
+def test_devs_project_on_sqlite_is_refused(devs: Devs) -> None:
+    refused = devs("project", code=8)
+    assert_one_line_error(refused, "devs project keeps PostgreSQL read models")
+
+
+def event_count_pg(url: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url) as connection:
+        row = connection.execute(
+            "SELECT max(notification_id) FROM recoveryservice_events"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -27,10 +27,16 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, db: Path, *extra: str, token: str | None = TOKEN) -> None:
+    def __init__(
+        self,
+        db: Path,
+        *extra: str,
+        token: str | None = TOKEN,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "DEVS_API_TOKEN": token or ""}
+        env = {**os.environ, **(env or {}), "DEVS_API_TOKEN": token or ""}
         self.process = subprocess.Popen(
             [DEVS, "--db", str(db), "serve", "--port", str(self.port), *extra],
             env=env,
@@ -58,9 +64,17 @@ class Server:
         self.process.communicate(timeout=30)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The server's backend: the SQLite file of ``--db``, or PostgreSQL."""
+    if request.param == "sqlite":
+        return {}
+    return {"DEVS_DATABASE_URL": request.getfixturevalue("pg_url")}
+
+
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    running = Server(tmp_path / "state.sqlite", "--workers", "2")
+def server(tmp_path: Path, store: dict[str, str]) -> Iterator[Server]:
+    running = Server(tmp_path / "state.sqlite", "--workers", "2", env=store)
     yield running
     running.stop()
 
@@ -161,11 +175,13 @@ def test_a_bad_read_wait_is_refused_in_one_line(tmp_path: Path) -> None:
     assert "DEVS_READ_WAIT must be a number of seconds in (0, 300]" in lines[0]
 
 
-def test_idempotency_keys_hold_across_a_restart_and_workers(tmp_path: Path) -> None:
+def test_idempotency_keys_hold_across_a_restart_and_workers(
+    tmp_path: Path, store: dict[str, str]
+) -> None:
     """A client whose answer was lost sends again with the same key: to the
     other worker, then to a restarted server. Nothing is counted twice."""
     db = tmp_path / "state.sqlite"
-    first_server = Server(db, "--workers", "2")
+    first_server = Server(db, "--workers", "2", env=store)
     try:
         post(first_server, "/tasks", {"task_id": "t"})
         keyed = {"Idempotency-Key": "gate-0001"}
@@ -180,7 +196,7 @@ def test_idempotency_keys_hold_across_a_restart_and_workers(tmp_path: Path) -> N
             assert (again.status_code, again.content) == (200, first.content)
     finally:
         first_server.stop()
-    second_server = Server(db)
+    second_server = Server(db, env=store)
     try:
         again = second_server.client.post("/tasks/t/gates", json=body, headers=keyed)
         assert (again.status_code, again.content) == (200, first.content)
@@ -195,3 +211,100 @@ def test_idempotency_keys_hold_across_a_restart_and_workers(tmp_path: Path) -> N
         assert [entry["event"] for entry in history].count("GateFailed") == 1
     finally:
         second_server.stop()
+
+
+CLIENT = """
+import sys, time, httpx
+url, token, name, go = sys.argv[1:5]
+headers = {"Authorization": "Bearer " + token}
+with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+    def post(path, body, key):
+        response = client.post(path, json=body, headers={"Idempotency-Key": key})
+        assert response.status_code in (200, 201), (path, response.text)
+    while not __import__("os").path.exists(go):
+        time.sleep(0.01)
+    post("/tasks", {"task_id": name}, name)
+    for i in range(10):
+        post("/tasks/shared/attempts", {"strategy": "the same idea"}, f"{name}-a{i}")
+        if i % 2:
+            lesson = {"failed_strategy": f"zz-{name}-{i}-qqqq", "rca_summary": "-"}
+            post("/tasks/shared/lessons", lesson, f"{name}-l{i}")
+    for i in range(2):
+        post(f"/tasks/{name}/gates", {"exit_code": 1, "error": "e"}, f"{name}-g{i}")
+        # a retry whose answer was lost: once more with the same key
+        post(f"/tasks/{name}/gates", {"exit_code": 1, "error": "e"}, f"{name}-g{i}")
+"""
+
+
+def test_client_processes_on_two_workers_on_postgresql(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """4 client processes against 2 workers on one PostgreSQL database: every
+    command counted exactly once, and every read model equal to a fold of the
+    log (``devs verify``) and unchanged by a rebuild."""
+    env = {"DEVS_DATABASE_URL": pg_url}
+    running = Server(tmp_path / "unused.sqlite", "--workers", "2", env=env)
+    go = tmp_path / "go"
+    try:
+        post(running, "/tasks", {"task_id": "shared"})
+        clients = [
+            subprocess.Popen(
+                [sys.executable, "-c", CLIENT, running.url, TOKEN, f"c{n}", str(go)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(4)
+        ]
+        go.touch()
+        for client in clients:
+            _, errors = client.communicate(timeout=120)
+            assert client.returncode == 0, errors
+        history = running.client.get("/tasks/shared/history").json()
+        events = [entry["event"] for entry in history]
+        assert events.count("AttemptBegan") == 40
+        assert events.count("LessonLogged") == 20
+        position = running.client.post("/tasks", json={"task_id": "last"}).headers[
+            "X-Devs-Position"
+        ]
+        after = {"after": position}
+
+        def read_models() -> list[Any]:
+            return [
+                running.client.get("/tasks", params=after).json(),
+                running.client.get("/tasks/shared/lessons", params=after).json(),
+                running.client.get("/sessions", params=after).json(),
+                *(
+                    running.client.get(f"/tasks/c{n}/gate-status", params=after).json()
+                    for n in range(4)
+                ),
+            ]
+
+        before = read_models()
+        assert len(before[1]) == 20
+        failures = {
+            entry["task_id"]: entry["consecutive_failures"] for entry in before[0]
+        }
+        assert failures == {"shared": 0, "last": 0} | {f"c{n}": 2 for n in range(4)}
+        verified = subprocess.run(
+            [DEVS, "verify", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+            check=False,
+        )
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        assert json.loads(verified.stdout)["ok"] is True
+        rebuilt = subprocess.run(
+            [DEVS, "projections", "rebuild"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+            check=False,
+        )
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        assert read_models() == before
+    finally:
+        running.stop()

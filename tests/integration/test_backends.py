@@ -189,3 +189,34 @@ def test_concurrent_processes_count_exactly(
     events = [entry.event for entry in service.history("t")]
     assert events.count("AttemptBegan") == 40
     assert service.verify().ok
+
+
+def test_a_poison_event_on_postgresql_is_skipped_logged_and_verified(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An event the runner cannot decode (written by hand, a removed class)
+    moves the position, is folded into nothing, is logged, and `verify`
+    names it; the runner goes on with the next events."""
+    import psycopg
+
+    with RecoveryService(env={"DEVS_DATABASE_URL": pg_url}) as service:
+        service.start_task("t1")
+        with psycopg.connect(pg_url, autocommit=True) as connection:
+            connection.execute(
+                "SELECT devs_insert_recoveryservice_events("
+                "ARRAY['task:t1'], ARRAY[2::bigint], ARRAY['nowhere:Nothing'], "
+                "ARRAY['{}'::bytea])"
+            )
+        poisoned = position(service)
+        with caplog.at_level("ERROR", logger="devs.read_models"):
+            service.start_task("t2")
+            assert {entry.task_id for entry in service.tasks()} == {"t1", "t2"}
+        assert any(
+            "nowhere:Nothing" in record.getMessage() for record in caplog.records
+        )
+        verified = service.verify()
+        assert not verified.ok
+        assert verified.problems == [
+            f"event at log position {poisoned} cannot be decoded; the read models "
+            "leave it out"
+        ]

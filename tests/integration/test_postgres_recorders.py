@@ -1,0 +1,174 @@
+"""eventsourcing's own recorder test cases against devs-recovery's PostgreSQL
+recorders: the log's one-round-trip recorder and the read models' tracking
+recorder (the views' tables and their one position)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from uuid import uuid4
+
+import pytest
+from eventsourcing.persistence import (
+    IntegrityError,
+    PersistenceError,
+    StoredEvent,
+    Tracking,
+)
+from eventsourcing.postgres import PostgresDatastore
+from eventsourcing.tests.persistence import (
+    ApplicationRecorderTestCase,
+    NonInterleavingNotificationIDsBaseCase,
+    TrackingRecorderTestCase,
+)
+from eventsourcing.utils import Environment
+from psycopg.sql import SQL, Identifier
+
+from devs.adapters.postgres import PostgresApplicationRecorder, PostgresFactory
+from devs.domain.database import postgres_env
+from devs.projections.postgres import PostgresViews
+
+
+def open_factory(url: str, **settings: str) -> PostgresFactory:
+    env = {**postgres_env(url), "ORIGINATOR_ID_TYPE": "text", **settings}
+    return PostgresFactory(Environment("RecorderTests", env))
+
+
+class WithDatabase:
+    """A fresh database per test (the ``pg_url`` fixture) and a factory on it."""
+
+    url: str
+    factories: list[PostgresFactory]
+
+    @pytest.fixture(autouse=True)
+    def _database(self, pg_url: str) -> Iterator[None]:
+        self.url = pg_url
+        self.factories = []
+        yield
+        for factory in self.factories:
+            factory.close()
+
+    def factory(self, **settings: str) -> PostgresFactory:
+        factory = open_factory(self.url, POSTGRES_MAX_OVERFLOW="20", **settings)
+        self.factories.append(factory)
+        return factory
+
+    def new_originator_id(self) -> str:
+        return str(uuid4())
+
+
+class TestApplicationRecorder(
+    WithDatabase, ApplicationRecorderTestCase[PostgresApplicationRecorder]
+):
+    def create_recorder(self) -> PostgresApplicationRecorder:
+        recorder = self.factory().application_recorder()
+        assert isinstance(recorder, PostgresApplicationRecorder)
+        return recorder
+
+
+class TestNonInterleavingNotificationIds(
+    WithDatabase, NonInterleavingNotificationIDsBaseCase
+):
+    def create_recorder(self) -> PostgresApplicationRecorder:
+        recorder = self.factory().application_recorder()
+        assert isinstance(recorder, PostgresApplicationRecorder)
+        return recorder
+
+
+class TestViewsTracking(WithDatabase, TrackingRecorderTestCase):
+    def create_recorder(self) -> PostgresViews:
+        views = PostgresViews(self.factory().datastore)
+        views.create_table()
+        return views
+
+
+def stored(originator_id: str, version: int) -> StoredEvent:
+    return StoredEvent(originator_id, version, "topic", b"{}")
+
+
+def test_a_save_is_one_call_of_the_recorders_function(pg_url: str) -> None:
+    """Ids in commit order; a duplicate version is an IntegrityError with
+    nothing written; and the save goes through the function (without it, it
+    fails)."""
+    factory = open_factory(pg_url)
+    try:
+        recorder = factory.application_recorder()
+        assert isinstance(recorder, PostgresApplicationRecorder)
+        assert recorder.insert_events([stored("a", 1), stored("a", 2)]) == [1, 2]
+        assert recorder.insert_events([stored("b", 1)]) == [3]
+        with pytest.raises(IntegrityError):
+            recorder.insert_events([stored("b", 2), stored("a", 2)])
+        assert recorder.max_notification_id() == 3
+        assert [n.originator_id for n in recorder.select_notifications(1, 10)] == [
+            "a",
+            "a",
+            "b",
+        ]
+        datastore: PostgresDatastore = recorder.datastore
+        with datastore.get_connection() as connection:
+            connection.execute(
+                SQL("DROP FUNCTION {}").format(
+                    Identifier(recorder.insert_function_name)
+                )
+            )
+        with pytest.raises(PersistenceError, match=recorder.insert_function_name):
+            recorder.insert_events([stored("c", 1)])
+    finally:
+        factory.close()
+
+
+def test_eventsourcings_db_functions_setting_still_takes_its_own_path(
+    pg_url: str,
+) -> None:
+    factory = open_factory(pg_url, POSTGRES_ENABLE_DB_FUNCTIONS="y")
+    try:
+        recorder = factory.application_recorder()
+        assert recorder.insert_events([stored("a", 1)]) == [1]
+    finally:
+        factory.close()
+
+
+def test_processes_racing_to_create_the_views_tables_both_succeed(
+    pg_url: str,
+) -> None:
+    """eventsourcing looks for the tracking table before the DDL lock; one
+    that lost the race saw no table, then inserted the ``__migration__`` row
+    again ("Failed to record tracking for __migration__ 1"). Under the lock it
+    now looks again."""
+    first, second = open_factory(pg_url), open_factory(pg_url)
+    try:
+        late = PostgresViews(second.datastore)  # has looked: no table yet
+        late.tracking_table_exists = False
+        late.tracking_migration_previous = late.tracking_migration_current = None
+        PostgresViews(first.datastore).create_table()  # the winner
+        with second.datastore.transaction(commit=True) as cursor:
+            late._create_table(cursor)
+        assert late.tracking_table_exists
+        late.insert_tracking(Tracking("app", 1))
+        assert late.max_tracking_id("app") == 1
+    finally:
+        first.close()
+        second.close()
+
+
+def test_threads_opening_a_new_database_together_all_succeed(pg_url: str) -> None:
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def open_views() -> None:
+        factory = open_factory(pg_url)
+        try:
+            start.wait()
+            PostgresViews(factory.datastore).create_table()
+            factory.application_recorder()
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            factory.close()
+
+    threads = [threading.Thread(target=open_views) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
