@@ -83,7 +83,11 @@ class PostgresApplicationRecorder(
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        if kwargs or self.datastore.enable_db_functions or not stored_events:
+        if (
+            any(value is not None for value in kwargs.values())  # tracking
+            or self.datastore.enable_db_functions
+            or not stored_events
+        ):
             ids: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
             return ids
         columns = (

@@ -27,7 +27,7 @@ from eventsourcing.utils import EnvType, get_topic, resolve_topic
 
 from devs.domain import blacklist, journal
 from devs.domain.chart import WAITING, Trigger, destination
-from devs.domain.commands import RECEIPT, TaskCommands, store_errors
+from devs.domain.commands import RECEIPT, WRITTEN, TaskCommands, Written, store_errors
 from devs.domain.database import (
     DATABASE_URL_ENV,
     POSTGRES_FACTORY,
@@ -190,6 +190,18 @@ class RecoveryService(TaskCommands):
             yield
         finally:
             RECEIPT.reset(token)
+
+    @contextmanager
+    def written(self) -> Iterator[Written]:
+        """The log position the commands of this block reached: what they
+        recorded, without asking the store (``None`` if they recorded
+        nothing: refused, or answered from a receipt)."""
+        written = Written()
+        token = WRITTEN.set(written)
+        try:
+            yield written
+        finally:
+            WRITTEN.reset(token)
 
     @api
     def start_run(self, run_id: RunId, dag: Dag) -> RunState:

@@ -163,6 +163,19 @@ RECEIPT: ContextVar[Pending | None] = ContextVar("devs_receipt", default=None)
 """The receipt the commands of this context must leave (``exactly_once``)."""
 
 
+class Written:
+    """The log positions the commands of a ``written()`` block recorded."""
+
+    __slots__ = ("position",)
+
+    def __init__(self) -> None:
+        self.position: int | None = None
+        """The highest, or ``None`` while they recorded nothing."""
+
+
+WRITTEN: ContextVar[Written | None] = ContextVar("devs_written", default=None)
+
+
 class _Command:
     """``TaskCommands._command`` written out as a class.
 
@@ -394,6 +407,11 @@ class TaskCommands(Application[str]):
         recordings = self.save(*aggregates)
         for recording in recordings:
             journal.record(recording.domain_event, recording.notification.id)
+        written = WRITTEN.get()
+        if written is not None and recordings:
+            last = recordings[-1].notification.id
+            if written.position is None or last > written.position:
+                written.position = last
         return recordings
 
     def _issued(self, receipt: Pending) -> Any:

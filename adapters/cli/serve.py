@@ -38,8 +38,8 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
     With DEVS_API_TOKEN set, every request but /healthz needs
     `Authorization: Bearer <token>`; a non-loopback --host needs it.
     """
-    import uvicorn  # the server's libraries load only for this command
-
+    # the server's libraries load only for this command
+    from devs.adapters import serving
     from devs.adapters.http import read_wait_from_env
 
     if not is_loopback(host) and not os.environ.get("DEVS_API_TOKEN"):
@@ -55,11 +55,7 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
     os.environ[DB_ENV] = ctx.db  # the workers open the same database
     # Opened once here, so a database that cannot be used fails now, in one line.
     ctx.app.close()
-    uvicorn.run(
-        "devs.adapters.http:app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="warning",
-    )
+    try:
+        serving.serve(host, port, workers)
+    except OSError as error:  # the address is taken, or not this machine's
+        fail(f"cannot listen on {host}:{port}: {error}", ExitCode.REFUSED)

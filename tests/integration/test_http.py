@@ -377,3 +377,25 @@ def test_the_key_is_in_the_openapi_document(client: TestClient) -> None:
         for method, operation in operations.items():
             names = {p["name"] for p in operation.get("parameters", [])}
             assert ("Idempotency-Key" in names) == (method == "post"), (method, path)
+
+
+def test_the_position_header_is_the_last_event_each_command_wrote(
+    client: TestClient, db_path: Path
+) -> None:
+    """The position comes from the command's own recordings: exactly the last
+    event it wrote, even when other writers recorded more since."""
+    first = client.post("/tasks", json={"task_id": "t1"})
+    assert int(first.headers["X-Devs-Position"]) == event_count(db_path)
+    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as other:
+        other.start_task("elsewhere")
+    gate = client.post("/tasks/t1/gates", json={"exit_code": 1})
+    assert int(gate.headers["X-Devs-Position"]) == event_count(db_path)
+    keyed = {"Idempotency-Key": "k-1"}
+    entropy = client.post("/tasks/t1/entropy", json={"score": 0.1}, headers=keyed)
+    written = int(entropy.headers["X-Devs-Position"])
+    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as other:
+        other.start_task("later")
+    # the receipt is saved with the command's events: they end where it ends
+    assert written == event_count(db_path) - 1
+    again = client.post("/tasks/t1/entropy", json={"score": 0.1}, headers=keyed)
+    assert int(again.headers["X-Devs-Position"]) == event_count(db_path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -172,3 +173,28 @@ def test_threads_opening_a_new_database_together_all_succeed(pg_url: str) -> Non
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+def test_the_services_saves_take_the_one_call_path(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """eventsourcing's application passes ``tracking=None`` with every save:
+    that is still the fast path, never the library's pipelined one."""
+    from eventsourcing import postgres as es_postgres
+
+    from devs.domain import RecoveryService
+
+    def library_path(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("eventsourcing's own insert_events was called")
+
+    with RecoveryService(
+        env={"DEVS_DATABASE_URL": pg_url, "DEVS_PROJECTIONS": "external"}
+    ) as service:
+        monkeypatch.setattr(
+            es_postgres.PostgresApplicationRecorder, "insert_events", library_path
+        )
+        service.start_task("t1")
+        decision = service.record_gate("t1", 1)
+        assert decision.consecutive_failures == 1
+        with service.exactly_once("k", "r"):
+            service.report_entropy("t1", 0.1)
