@@ -1,0 +1,115 @@
+"""``devs serve --workers N``: each worker its own socket, under a supervisor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from devs.adapters.serving import listening_socket
+from tests.e2e.test_serve import DEVS, Server, free_port
+
+
+def workers_of(pid: int) -> set[int]:
+    """The supervisor's worker processes (not multiprocessing's tracker)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == pid and b"spawn_main" in command:
+            found.add(int(entry.name))
+    return found
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_a_workers_socket_sets_nodelay_and_shares_its_port() -> None:
+    """Protocol IPPROTO_TCP: asyncio sets TCP_NODELAY on what it accepts
+    (uvicorn's shared socket has protocol 0, and its connections do not)."""
+    first = listening_socket("127.0.0.1", 0, reuse_port=True)
+    port = first.getsockname()[1]
+    second = listening_socket("127.0.0.1", port, reuse_port=True)
+    try:
+        for sock in (first, second):
+            assert sock.proto == socket.IPPROTO_TCP
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
+        first.listen()
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = first.accept()
+            with accepted:
+                assert accepted.proto == socket.IPPROTO_TCP
+                assert client.getsockname()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_dead_worker_is_replaced_and_sigterm_stops_all(tmp_path: Path) -> None:
+    server = Server(tmp_path / "state.sqlite", "--workers", "2")
+    try:
+        wait_for(lambda: len(workers_of(server.process.pid)) == 2)
+        before = workers_of(server.process.pid)
+        victim = min(before)
+        os.kill(victim, signal.SIGKILL)
+        wait_for(
+            lambda: (
+                len(workers_of(server.process.pid)) == 2
+                and victim not in workers_of(server.process.pid)
+            )
+        )
+        for number in range(6):
+            started = server.client.post("/tasks", json={"task_id": f"t{number}"})
+            assert started.status_code == 201
+        server.process.send_signal(signal.SIGTERM)
+        _, errors = server.process.communicate(timeout=30)
+        assert f"worker {victim} exited with -9; starting another" in errors
+        assert server.process.returncode == 0
+        for pid in before - {victim}:  # stopped, and reaped by the supervisor
+            assert not Path(f"/proc/{pid}").exists()
+    finally:
+        if server.process.poll() is None:
+            server.stop()
+        server.client.close()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_taken_port_is_one_line(tmp_path: Path, workers: str) -> None:
+    port = free_port()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", port))
+    taken.listen()
+    try:
+        result = subprocess.run(
+            [
+                *(DEVS, "--db", str(tmp_path / "x.sqlite"), "serve"),
+                *("--port", str(port), "--workers", workers),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        taken.close()
+    assert result.returncode == 8, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in lines[0]
+    assert "Address already in use" in lines[0]
