@@ -13,14 +13,24 @@ sets ``TCP_NODELAY``) to the same address with ``SO_REUSEPORT``, and the
 kernel spreads new connections over the workers. A small supervisor starts
 the workers, starts again one that dies, and stops them all on SIGTERM or
 Ctrl-C.
+
+On PostgreSQL the supervisor also runs the read models' projection runner,
+in a process of its own (what ``devs project`` runs), and the workers run
+none (``DEVS_PROJECTIONS=external``): a runner thread inside a worker shares
+that worker's one Python thread at a time with the commands, and under load
+it fell seconds behind the log (bench/http_bench.py). With
+``DEVS_PROJECTIONS=external`` set for ``devs serve`` itself, it runs none
+either: ``devs project`` workers run elsewhere.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import socket
 import sys
+import threading
 import time
 from multiprocessing.context import SpawnProcess
 from types import FrameType
@@ -28,6 +38,7 @@ from types import FrameType
 import uvicorn
 
 APP = "devs.adapters.http:app_from_env"
+MODE_ENV = "DEVS_PROJECTIONS"  # devs.projections.postgres.MODE_ENV, without psycopg
 RESTART_PAUSE = 1.0
 """A worker that died sooner after its start is started again this late."""
 
@@ -56,9 +67,27 @@ def run_worker(host: str, port: int, reuse_port: bool) -> None:
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def serve(host: str, port: int, workers: int) -> None:
-    """Serve on ``host``:``port`` with ``workers`` processes (1: this one)."""
-    if workers == 1:
+def run_projector() -> None:
+    """The read models' projection runner, until SIGTERM (``devs project``)."""
+    from devs.domain import RecoveryService
+    from devs.projections.postgres import PostgresReadModels
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor stops it
+    with RecoveryService(env={MODE_ENV: "runner"}) as service:
+        models = service.read_models
+        assert isinstance(models, PostgresReadModels)
+        models.follow(stop)
+
+
+def serve(host: str, port: int, workers: int, *, projector: bool = False) -> None:
+    """Serve on ``host``:``port`` with ``workers`` processes (1 and no
+    ``projector``: this one), and with ``projector`` a process that keeps
+    the PostgreSQL read models."""
+    if projector:
+        os.environ[MODE_ENV] = "external"  # the workers' (spawned: they inherit)
+    if workers == 1 and not projector:
         run_worker(host, port, reuse_port=False)
         return
     if not hasattr(socket, "SO_REUSEPORT"):  # not on this platform: uvicorn's own
@@ -75,7 +104,7 @@ def serve(host: str, port: int, workers: int) -> None:
     # the workers, and gets no connections itself.
     holder = listening_socket(host, port, reuse_port=True)
     try:
-        Supervisor(host, holder.getsockname()[1], workers).run()
+        Supervisor(host, holder.getsockname()[1], workers, projector=projector).run()
     finally:
         holder.close()
 
@@ -84,17 +113,24 @@ class Supervisor:
     """Starts the workers, starts again one that dies, stops them all on
     SIGTERM, SIGINT or SIGHUP."""
 
-    def __init__(self, host: str, port: int, workers: int) -> None:
+    def __init__(
+        self, host: str, port: int, workers: int, *, projector: bool = False
+    ) -> None:
         self.host, self.port, self.count = host, port, workers
+        self.projector = projector
         self.context = multiprocessing.get_context("spawn")
         self.workers: list[SpawnProcess] = []
         self.started: dict[int, float] = {}
         self.stopping = False
 
-    def start_one(self) -> SpawnProcess:
-        worker = self.context.Process(
-            target=run_worker, args=(self.host, self.port, True), daemon=False
-        )
+    def start_one(self, index: int) -> SpawnProcess:
+        """Worker ``index``; with a projector, the last index is it."""
+        if index == self.count:
+            worker = self.context.Process(target=run_projector, name="projector")
+        else:
+            worker = self.context.Process(
+                target=run_worker, args=(self.host, self.port, True)
+            )
         worker.start()
         self.started[id(worker)] = time.monotonic()
         return worker
@@ -105,21 +141,23 @@ class Supervisor:
     def run(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self.stop)
-        self.workers = [self.start_one() for _ in range(self.count)]
+        total = self.count + (1 if self.projector else 0)
+        self.workers = [self.start_one(index) for index in range(total)]
         try:
             while not self.stopping:
                 time.sleep(0.2)
                 for index, worker in enumerate(self.workers):
                     if not worker.is_alive() and not self.stopping:
+                        what = worker.name if index == self.count else "worker"
                         print(
-                            f"devs serve: worker {worker.pid} exited with "
+                            f"devs serve: {what} {worker.pid} exited with "
                             f"{worker.exitcode}; starting another",
                             file=sys.stderr,
                         )
                         lived = time.monotonic() - self.started.pop(id(worker))
                         if lived < RESTART_PAUSE:  # dying at start: not in a loop
                             time.sleep(RESTART_PAUSE - lived)
-                        self.workers[index] = self.start_one()
+                        self.workers[index] = self.start_one(index)
         finally:
             for worker in self.workers:
                 if worker.is_alive():

@@ -54,8 +54,10 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
         fail(str(error), ExitCode.BAD_INPUT)
     os.environ[DB_ENV] = ctx.db  # the workers open the same database
     # Opened once here, so a database that cannot be used fails now, in one line.
-    ctx.app.close()
+    app = ctx.app
+    projector = app.on_postgres and os.environ.get(serving.MODE_ENV) != "external"
+    app.close()
     try:
-        serving.serve(host, port, workers)
+        serving.serve(host, port, workers, projector=projector)
     except OSError as error:  # the address is taken, or not this machine's
         fail(f"cannot listen on {host}:{port}: {error}", ExitCode.REFUSED)
