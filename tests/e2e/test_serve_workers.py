@@ -113,3 +113,43 @@ def test_a_taken_port_is_one_line(tmp_path: Path, workers: str) -> None:
     assert len(lines) == 1, result.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in lines[0]
     assert "Address already in use" in lines[0]
+
+
+def test_on_postgresql_a_projector_process_keeps_the_read_models(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Beside the workers (which run no runner), a projector process folds
+    the log; killed, it is started again and the reads catch up."""
+    server = Server(
+        tmp_path / "unused.sqlite",
+        "--workers",
+        "2",
+        env={"DEVS_DATABASE_URL": pg_url},
+    )
+    try:
+        wait_for(lambda: len(workers_of(server.process.pid)) == 3)
+        children = workers_of(server.process.pid)
+        for pid in children:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert b"DEVS_PROJECTIONS=external" in environ
+        projector = max(children)  # started after the workers
+        started = server.client.post("/tasks", json={"task_id": "t1"})
+        after = {"after": started.headers["X-Devs-Position"]}
+        assert server.client.get("/tasks", params=after).status_code == 200
+        os.kill(projector, signal.SIGKILL)
+        wait_for(
+            lambda: (
+                len(workers_of(server.process.pid)) == 3
+                and projector not in workers_of(server.process.pid)
+            )
+        )
+        written = server.client.post("/tasks", json={"task_id": "t2"})
+        after = {"after": written.headers["X-Devs-Position"]}
+        tasks = server.client.get("/tasks", params=after)
+        assert tasks.status_code == 200, tasks.text
+        assert {e["task_id"] for e in tasks.json()} == {"t1", "t2"}
+    finally:
+        server.client.close()
+        server.process.terminate()
+        _, errors = server.process.communicate(timeout=30)
+    assert f"devs serve: projector {projector} exited with -9" in errors
