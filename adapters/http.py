@@ -28,7 +28,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import FastAPI, Header, Query, Request, Response
@@ -72,7 +72,6 @@ STREAM_HEARTBEAT = 15.0  # seconds between comment lines on a quiet stream
 POSITION_HEADER = "X-Devs-Position"
 AFTER_HEADER = "X-Devs-After"
 KEY_HEADER = "Idempotency-Key"
-T = TypeVar("T")
 
 AfterQuery = Annotated[
     int | None, Query(description="wait until the read models folded this position")
@@ -330,14 +329,16 @@ def create_app(
     # commits; queries, which may wait for the read models (``?after=``), run
     # in threads.
     def command(
-        response: Response,
+        status: int,
         key: str | None,
         path: str,
         body: Body,
-        call: Callable[[RecoveryService], T],
-    ) -> T:
+        call: Callable[[RecoveryService], BaseModel],
+    ) -> Response:
         """Do a command (once per ``Idempotency-Key``, when one is given) and
-        answer it, with the log position it reached."""
+        answer it, with the log position it reached. The answer is the
+        model's own JSON: FastAPI would validate the model again against the
+        endpoint's ``response_model`` (the same class) before writing it."""
         service = svc()
         with service.written() as written:
             if key is None:
@@ -354,8 +355,12 @@ def create_app(
         position = written.position
         if position is None:  # answered from a receipt: the log's end covers it
             position = service.recorder.max_notification_id() or 0
-        response.headers[POSITION_HEADER] = str(position)
-        return value
+        return Response(
+            value.model_dump_json(),
+            status,
+            {POSITION_HEADER: str(position)},
+            media_type="application/json",
+        )
 
     def caught_up(after: int | None, header: str | None) -> None:
         """Wait until the read models folded ``after`` (query or header)."""
@@ -399,20 +404,16 @@ def create_app(
 
     # ------------------------------------------------------------ commands
 
-    @app.post("/runs", status_code=201, tags=["runs"])
-    async def start_run(
-        body: StartRunBody, response: Response, key: KeyHeader = None
-    ) -> RunState:
+    @app.post("/runs", status_code=201, tags=["runs"], response_model=RunState)
+    async def start_run(body: StartRunBody, key: KeyHeader = None) -> Response:
         return command(
-            response, key, "/runs", body, lambda s: s.start_run(body.run_id, body.dag)
+            201, key, "/runs", body, lambda s: s.start_run(body.run_id, body.dag)
         )
 
-    @app.post("/tasks", status_code=201, tags=["tasks"])
-    async def start_task(
-        body: StartTaskBody, response: Response, key: KeyHeader = None
-    ) -> TaskSummary:
+    @app.post("/tasks", status_code=201, tags=["tasks"], response_model=TaskSummary)
+    async def start_task(body: StartTaskBody, key: KeyHeader = None) -> Response:
         return command(
-            response,
+            201,
             key,
             "/tasks",
             body,
@@ -424,24 +425,26 @@ def create_app(
             ),
         )
 
-    @app.post("/tasks/{task_id}/attempts", tags=["tasks"])
+    @app.post(
+        "/tasks/{task_id}/attempts", tags=["tasks"], response_model=AttemptDecision
+    )
     async def begin_attempt(
-        task_id: str, body: AttemptBody, response: Response, key: KeyHeader = None
-    ) -> AttemptDecision:
+        task_id: str, body: AttemptBody, key: KeyHeader = None
+    ) -> Response:
         return command(
-            response,
+            200,
             key,
             f"/tasks/{task_id}/attempts",
             body,
             lambda s: s.begin_attempt(task_id, body.strategy),
         )
 
-    @app.post("/tasks/{task_id}/gates", tags=["tasks"])
+    @app.post("/tasks/{task_id}/gates", tags=["tasks"], response_model=GateDecision)
     async def record_gate(
-        task_id: str, body: GateBody, response: Response, key: KeyHeader = None
-    ) -> GateDecision:
+        task_id: str, body: GateBody, key: KeyHeader = None
+    ) -> Response:
         return command(
-            response,
+            200,
             key,
             f"/tasks/{task_id}/gates",
             body,
@@ -455,48 +458,51 @@ def create_app(
             ),
         )
 
-    @app.post("/tasks/{task_id}/entropy", tags=["tasks"])
+    @app.post(
+        "/tasks/{task_id}/entropy", tags=["tasks"], response_model=EntropyDecision
+    )
     async def report_entropy(
-        task_id: str, body: EntropyBody, response: Response, key: KeyHeader = None
-    ) -> EntropyDecision:
+        task_id: str, body: EntropyBody, key: KeyHeader = None
+    ) -> Response:
         return command(
-            response,
+            200,
             key,
             f"/tasks/{task_id}/entropy",
             body,
             lambda s: s.report_entropy(task_id, body.score),
         )
 
-    @app.post("/tasks/{task_id}/lessons", status_code=201, tags=["tasks"])
+    @app.post(
+        "/tasks/{task_id}/lessons",
+        status_code=201,
+        tags=["tasks"],
+        response_model=Lesson,
+    )
     async def log_lesson(
-        task_id: str, body: LessonBody, response: Response, key: KeyHeader = None
-    ) -> Lesson:
+        task_id: str, body: LessonBody, key: KeyHeader = None
+    ) -> Response:
         return command(
-            response,
+            201,
             key,
             f"/tasks/{task_id}/lessons",
             body,
             lambda s: s.log_lesson(task_id, body.failed_strategy, body.rca_summary),
         )
 
-    @app.post("/tasks/{task_id}/resume", tags=["humans"])
-    async def resume(
-        task_id: str, body: ActionBody, response: Response, key: KeyHeader = None
-    ) -> ActionResult:
+    @app.post("/tasks/{task_id}/resume", tags=["humans"], response_model=ActionResult)
+    async def resume(task_id: str, body: ActionBody, key: KeyHeader = None) -> Response:
         return command(
-            response,
+            200,
             key,
             f"/tasks/{task_id}/resume",
             body,
             lambda s: s.resume(task_id, actor=body.actor, reason=body.reason),
         )
 
-    @app.post("/tasks/{task_id}/rewind", tags=["humans"])
-    async def rewind(
-        task_id: str, body: RewindBody, response: Response, key: KeyHeader = None
-    ) -> ActionResult:
+    @app.post("/tasks/{task_id}/rewind", tags=["humans"], response_model=ActionResult)
+    async def rewind(task_id: str, body: RewindBody, key: KeyHeader = None) -> Response:
         return command(
-            response,
+            200,
             key,
             f"/tasks/{task_id}/rewind",
             body,
@@ -505,36 +511,32 @@ def create_app(
             ),
         )
 
-    @app.post("/tasks/{task_id}/skip", tags=["humans"])
-    async def skip(
-        task_id: str, body: ActionBody, response: Response, key: KeyHeader = None
-    ) -> ActionResult:
+    @app.post("/tasks/{task_id}/skip", tags=["humans"], response_model=ActionResult)
+    async def skip(task_id: str, body: ActionBody, key: KeyHeader = None) -> Response:
         return command(
-            response,
+            200,
             key,
             f"/tasks/{task_id}/skip",
             body,
             lambda s: s.skip(task_id, actor=body.actor, reason=body.reason),
         )
 
-    @app.post("/tasks/{task_id}/claim", tags=["humans"])
-    async def claim(
-        task_id: str, body: ClaimBody, response: Response, key: KeyHeader = None
-    ) -> ActionResult:
+    @app.post("/tasks/{task_id}/claim", tags=["humans"], response_model=ActionResult)
+    async def claim(task_id: str, body: ClaimBody, key: KeyHeader = None) -> Response:
         return command(
-            response,
+            200,
             key,
             f"/tasks/{task_id}/claim",
             body,
             lambda s: s.claim_handoff(task_id, actor=body.actor),
         )
 
-    @app.post("/tasks/{task_id}/resolve", tags=["humans"])
+    @app.post("/tasks/{task_id}/resolve", tags=["humans"], response_model=ActionResult)
     async def resolve(
-        task_id: str, body: ResolveBody, response: Response, key: KeyHeader = None
-    ) -> ActionResult:
+        task_id: str, body: ResolveBody, key: KeyHeader = None
+    ) -> Response:
         return command(
-            response,
+            200,
             key,
             f"/tasks/{task_id}/resolve",
             body,

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
-from eventsourcing.persistence import ProgrammingError, Tracking
+from eventsourcing.persistence import IntegrityError, ProgrammingError, Tracking
 from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
 from psycopg import Cursor
 from psycopg.rows import DictRow
@@ -192,6 +192,17 @@ class SerializedDDL:
     advisory lock: processes that open a new database together (workers, a
     fleet of agents) would otherwise race in PostgreSQL's catalog ("tuple
     concurrently updated") although every statement says IF NOT EXISTS."""
+
+    def create_table(self) -> None:
+        """eventsourcing creates its composite types (``CREATE TYPE``) each in
+        a transaction of its own, before the tables and outside the lock, and
+        lets a ``DuplicateObject`` pass; a process racing this one makes
+        PostgreSQL report a unique violation of its catalog instead. The type
+        then exists: once more finds it there."""
+        try:
+            super().create_table()  # type: ignore[misc]
+        except IntegrityError:
+            super().create_table()  # type: ignore[misc]
 
     def _create_table(self, curs: Cursor[DictRow]) -> None:
         curs.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK,))

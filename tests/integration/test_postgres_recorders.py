@@ -5,6 +5,7 @@ recorder (the views' tables and their one position)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from uuid import uuid4
@@ -198,3 +199,52 @@ def test_the_services_saves_take_the_one_call_path(
         assert decision.consecutive_failures == 1
         with service.exactly_once("k", "r"):
             service.report_entropy("t1", 0.1)
+
+
+def test_a_type_another_process_creates_meanwhile_is_found_there(
+    pg_url: str,
+) -> None:
+    """eventsourcing creates its composite type outside the DDL lock and lets
+    only ``DuplicateObject`` pass; a racing process's uncommitted type makes
+    PostgreSQL answer a unique violation once it commits. The recorder looks
+    once more, and finds the type made."""
+    import psycopg
+
+    factory = open_factory(pg_url, CREATE_TABLE="n")
+    try:
+        recorder = factory.application_recorder()
+        assert isinstance(recorder, PostgresApplicationRecorder)
+        [create_type] = [
+            statement
+            for statement in recorder.sql_create_statements
+            if "CREATE TYPE" in statement.as_string()
+        ]
+        errors: list[BaseException] = []
+
+        def create() -> None:
+            try:
+                recorder.create_table()
+            except BaseException as error:
+                errors.append(error)
+
+        with psycopg.connect(pg_url) as other, psycopg.connect(pg_url) as watcher:
+            other.execute(create_type)  # uncommitted: the racing process
+            racing = threading.Thread(target=create)
+            racing.start()
+            for _ in range(300):  # until the recorder waits on that type
+                waiting = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock'"
+                ).fetchone()
+                watcher.rollback()
+                if waiting is not None and waiting[0] >= 1:
+                    break
+                time.sleep(0.01)
+            else:
+                raise AssertionError("the recorder never waited on the type")
+            other.commit()
+        racing.join(timeout=30)
+        assert errors == []
+        assert recorder.insert_events([stored("a", 1)]) == [1]
+    finally:
+        factory.close()
