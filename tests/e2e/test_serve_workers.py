@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from devs.adapters.serving import listening_socket
@@ -73,6 +74,12 @@ def test_a_dead_worker_is_replaced_and_sigterm_stops_all(tmp_path: Path) -> None
                 len(workers_of(server.process.pid)) == 2
                 and victim not in workers_of(server.process.pid)
             )
+        )
+        # The killed worker's connections died with it (the client's
+        # keep-alive one may have been one): new connections, to the others.
+        server.client.close()
+        server.client = httpx.Client(
+            base_url=server.url, headers=server.client.headers, timeout=10
         )
         for number in range(6):
             started = server.client.post("/tasks", json={"task_id": f"t{number}"})
