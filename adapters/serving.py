@@ -100,6 +100,11 @@ def serve(host: str, port: int, workers: int, *, projector: bool = False) -> Non
             log_level="warning",
         )
         return
+    # First a plain bind: SO_REUSEPORT would let this server join another
+    # one's group on a taken port (the same user's) instead of failing.
+    probe = listening_socket(host, port, reuse_port=False)
+    port = probe.getsockname()[1]
+    probe.close()
     # Bound, never listening: holds the port (chosen here when it is 0) for
     # the workers, and gets no connections itself.
     holder = listening_socket(host, port, reuse_port=True)

@@ -34,6 +34,16 @@ def workers_of(pid: int) -> set[int]:
     return found
 
 
+def listening(port: int) -> int:
+    """How many sockets listen on ``port`` (/proc/net/tcp, state 0A)."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
+            count += 1
+    return count
+
+
 def wait_for(check: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -65,7 +75,9 @@ def test_a_workers_socket_sets_nodelay_and_shares_its_port() -> None:
 def test_a_dead_worker_is_replaced_and_sigterm_stops_all(tmp_path: Path) -> None:
     server = Server(tmp_path / "state.sqlite", "--workers", "2")
     try:
+        # both workers up and listening (the first answers /healthz alone)
         wait_for(lambda: len(workers_of(server.process.pid)) == 2)
+        wait_for(lambda: listening(server.port) == 2)
         before = workers_of(server.process.pid)
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
@@ -85,8 +97,12 @@ def test_a_dead_worker_is_replaced_and_sigterm_stops_all(tmp_path: Path) -> None
             started = server.client.post("/tasks", json={"task_id": f"t{number}"})
             assert started.status_code == 201
         server.process.send_signal(signal.SIGTERM)
-        _, errors = server.process.communicate(timeout=30)
-        assert f"worker {victim} exited with -9; starting another" in errors
+        output, errors = server.process.communicate(timeout=30)
+        assert f"worker {victim} exited with -9; starting another" in errors, (
+            before,
+            output,
+            errors,
+        )
         assert server.process.returncode == 0
         for pid in before - {victim}:  # stopped, and reaped by the supervisor
             assert not Path(f"/proc/{pid}").exists()
@@ -160,3 +176,25 @@ def test_on_postgresql_a_projector_process_keeps_the_read_models(
         server.process.terminate()
         _, errors = server.process.communicate(timeout=30)
     assert f"devs serve: projector {projector} exited with -9" in errors
+
+
+def test_a_second_server_on_the_same_port_is_refused(tmp_path: Path) -> None:
+    """SO_REUSEPORT must not let a second `devs serve` join the first one's
+    workers on their port."""
+    first = Server(tmp_path / "a.sqlite", "--workers", "2")
+    try:
+        result = subprocess.run(
+            [
+                *(DEVS, "--db", str(tmp_path / "b.sqlite"), "serve"),
+                *("--port", str(first.port), "--workers", "2"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 8, result.stderr
+        assert "Address already in use" in result.stderr
+        assert first.client.get("/healthz").status_code == 200
+    finally:
+        first.stop()
