@@ -37,8 +37,9 @@ from types import FrameType
 
 import uvicorn
 
+from devs.domain.database import PROJECTIONS_ENV
+
 APP = "devs.adapters.http:app_from_env"
-MODE_ENV = "DEVS_PROJECTIONS"  # devs.projections.postgres.MODE_ENV, without psycopg
 RESTART_PAUSE = 1.0
 """A worker that died sooner after its start is started again this late."""
 
@@ -75,7 +76,7 @@ def run_projector() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor stops it
-    with RecoveryService(env={MODE_ENV: "runner"}) as service:
+    with RecoveryService(env={PROJECTIONS_ENV: "runner"}) as service:
         models = service.read_models
         assert isinstance(models, PostgresReadModels)
         models.follow(stop)
@@ -86,7 +87,7 @@ def serve(host: str, port: int, workers: int, *, projector: bool = False) -> Non
     ``projector``: this one), and with ``projector`` a process that keeps
     the PostgreSQL read models."""
     if projector:
-        os.environ[MODE_ENV] = "external"  # the workers' (spawned: they inherit)
+        os.environ[PROJECTIONS_ENV] = "external"  # the workers' (spawned: they inherit)
     if workers == 1 and not projector:
         run_worker(host, port, reuse_port=False)
         return

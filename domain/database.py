@@ -15,6 +15,8 @@ from devs.domain.errors import InvalidInput
 
 DATABASE_URL_ENV = "DEVS_DATABASE_URL"
 READ_WAIT_ENV = "DEVS_READ_WAIT"
+PROJECTIONS_ENV = "DEVS_PROJECTIONS"
+"""PostgreSQL: ``runner`` (fold the log in this process) or ``external``."""
 DEFAULT_READ_WAIT = 5.0
 POSTGRES_FACTORY = "devs.adapters.postgres:PostgresFactory"
 """eventsourcing's PostgreSQL factory, its tables created one process at a time."""

@@ -45,7 +45,7 @@ from psycopg import Cursor
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
-from devs.domain.database import READ_WAIT_ENV, read_wait
+from devs.domain.database import PROJECTIONS_ENV, READ_WAIT_ENV, read_wait
 from devs.domain.errors import DevsError, InvalidInput, StoreError, UnreadableEvent
 from devs.domain.ports import Verification
 from devs.domain.redaction import redact
@@ -57,7 +57,7 @@ PROJECTION_NAME = "devs_views"
 TRACKING_TABLE = f"{PROJECTION_NAME}_tracking"
 LOCK_KEY = 0x64657673_76696577  # "devsview": one fold at a time, per database
 PAGE_SIZE = 500
-MODE_ENV = "DEVS_PROJECTIONS"
+MODE_ENV = PROJECTIONS_ENV
 MODES = ("runner", "external")
 
 logger = logging.getLogger("devs.read_models")

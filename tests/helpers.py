@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +75,13 @@ def require_bwrap() -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI must run the sandboxed gate tests, but {why}")
     pytest.skip(why)
+
+
+def wait_until(condition: Callable[[], object], seconds: float = 10.0) -> bool:
+    """Whether ``condition`` holds within ``seconds`` (a bound, not a speed)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return bool(condition())

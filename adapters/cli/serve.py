@@ -10,6 +10,7 @@ import click
 from devs.adapters.cli.base import Context, ExitCode, cli, fail, pass_context
 from devs.domain import InvalidInput
 from devs.domain.application import DB_ENV
+from devs.domain.database import PROJECTIONS_ENV
 
 
 def is_loopback(host: str) -> bool:
@@ -55,7 +56,7 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
     os.environ[DB_ENV] = ctx.db  # the workers open the same database
     # Opened once here, so a database that cannot be used fails now, in one line.
     app = ctx.app
-    projector = app.on_postgres and os.environ.get(serving.MODE_ENV) != "external"
+    projector = app.on_postgres and os.environ.get(PROJECTIONS_ENV) != "external"
     app.close()
     try:
         serving.serve(host, port, workers, projector=projector)

@@ -213,6 +213,17 @@ def test_idempotency_keys_hold_across_a_restart_and_workers(
         second_server.stop()
 
 
+def devs(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [DEVS, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+        check=False,
+    )
+
+
 CLIENT = """
 import sys, time, httpx
 url, token, name, go = sys.argv[1:5]
@@ -286,24 +297,10 @@ def test_client_processes_on_two_workers_on_postgresql(
             entry["task_id"]: entry["consecutive_failures"] for entry in before[0]
         }
         assert failures == {"shared": 0, "last": 0} | {f"c{n}": 2 for n in range(4)}
-        verified = subprocess.run(
-            [DEVS, "verify", "--json"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, **env},
-            check=False,
-        )
+        verified = devs(env, "verify", "--json")
         assert verified.returncode == 0, verified.stdout + verified.stderr
         assert json.loads(verified.stdout)["ok"] is True
-        rebuilt = subprocess.run(
-            [DEVS, "projections", "rebuild"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, **env},
-            check=False,
-        )
+        rebuilt = devs(env, "projections", "rebuild")
         assert rebuilt.returncode == 0, rebuilt.stderr
         assert read_models() == before
     finally:

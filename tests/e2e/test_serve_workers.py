@@ -6,8 +6,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -15,6 +13,7 @@ import pytest
 
 from devs.adapters.serving import listening_socket
 from tests.e2e.test_serve import DEVS, Server, free_port
+from tests.helpers import wait_until
 
 
 def workers_of(pid: int) -> set[int]:
@@ -44,13 +43,6 @@ def listening(port: int) -> int:
     return count
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 def test_a_workers_socket_sets_nodelay_and_shares_its_port() -> None:
     """Protocol IPPROTO_TCP: asyncio sets TCP_NODELAY on what it accepts
     (uvicorn's shared socket has protocol 0, and its connections do not)."""
@@ -76,16 +68,17 @@ def test_a_dead_worker_is_replaced_and_sigterm_stops_all(tmp_path: Path) -> None
     server = Server(tmp_path / "state.sqlite", "--workers", "2")
     try:
         # both workers up and listening (the first answers /healthz alone)
-        wait_for(lambda: len(workers_of(server.process.pid)) == 2)
-        wait_for(lambda: listening(server.port) == 2)
+        assert wait_until(lambda: len(workers_of(server.process.pid)) == 2, 30)
+        assert wait_until(lambda: listening(server.port) == 2, 30)
         before = workers_of(server.process.pid)
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
-        wait_for(
+        assert wait_until(
             lambda: (
                 len(workers_of(server.process.pid)) == 2
                 and victim not in workers_of(server.process.pid)
-            )
+            ),
+            30,
         )
         # The killed worker's connections died with it (the client's
         # keep-alive one may have been one): new connections, to the others.
@@ -112,6 +105,17 @@ def test_a_dead_worker_is_replaced_and_sigterm_stops_all(tmp_path: Path) -> None
         server.client.close()
 
 
+def serve(db: Path, port: int, workers: str) -> subprocess.CompletedProcess[str]:
+    """``devs serve`` that is expected not to start (its port is taken)."""
+    return subprocess.run(
+        [DEVS, "--db", str(db), "serve", "--port", str(port), "--workers", workers],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_taken_port_is_one_line(tmp_path: Path, workers: str) -> None:
     port = free_port()
@@ -119,16 +123,7 @@ def test_a_taken_port_is_one_line(tmp_path: Path, workers: str) -> None:
     taken.bind(("127.0.0.1", port))
     taken.listen()
     try:
-        result = subprocess.run(
-            [
-                *(DEVS, "--db", str(tmp_path / "x.sqlite"), "serve"),
-                *("--port", str(port), "--workers", workers),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = serve(tmp_path / "x.sqlite", port, workers)
     finally:
         taken.close()
     assert result.returncode == 8, result.stderr
@@ -150,7 +145,7 @@ def test_on_postgresql_a_projector_process_keeps_the_read_models(
         env={"DEVS_DATABASE_URL": pg_url},
     )
     try:
-        wait_for(lambda: len(workers_of(server.process.pid)) == 3)
+        assert wait_until(lambda: len(workers_of(server.process.pid)) == 3, 30)
         children = workers_of(server.process.pid)
         for pid in children:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -160,11 +155,12 @@ def test_on_postgresql_a_projector_process_keeps_the_read_models(
         after = {"after": started.headers["X-Devs-Position"]}
         assert server.client.get("/tasks", params=after).status_code == 200
         os.kill(projector, signal.SIGKILL)
-        wait_for(
+        assert wait_until(
             lambda: (
                 len(workers_of(server.process.pid)) == 3
                 and projector not in workers_of(server.process.pid)
-            )
+            ),
+            30,
         )
         written = server.client.post("/tasks", json={"task_id": "t2"})
         after = {"after": written.headers["X-Devs-Position"]}
@@ -183,16 +179,7 @@ def test_a_second_server_on_the_same_port_is_refused(tmp_path: Path) -> None:
     workers on their port."""
     first = Server(tmp_path / "a.sqlite", "--workers", "2")
     try:
-        result = subprocess.run(
-            [
-                *(DEVS, "--db", str(tmp_path / "b.sqlite"), "serve"),
-                *("--port", str(first.port), "--workers", "2"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = serve(tmp_path / "b.sqlite", first.port, "2")
         assert result.returncode == 8, result.stderr
         assert "Address already in use" in result.stderr
         assert first.client.get("/healthz").status_code == 200

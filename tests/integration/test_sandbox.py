@@ -10,9 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ from devs.adapters.sandbox import (
 )
 from devs.domain import InvalidInput
 from devs.domain.redaction import error_hash
-from tests.helpers import require_bwrap
+from tests.helpers import require_bwrap, wait_until
 
 PY = sys.executable
 
@@ -64,16 +62,6 @@ def processes_with(token: str) -> list[int]:
         if token.encode() in cmdline and is_alive(int(entry.name)):
             found.append(int(entry.name))
     return found
-
-
-def wait_until(condition: Callable[[], object], seconds: float = 10.0) -> bool:
-    """Whether ``condition`` holds within ``seconds`` (a bound, not a speed)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return bool(condition())
 
 
 CHILD = "open('child-started', 'w').close(); import time; time.sleep(60)"

@@ -31,8 +31,8 @@ from devs.adapters.sandbox import (
     sandbox_unavailable,
 )
 from devs.domain import InvalidInput
-from tests.helpers import require_bwrap
-from tests.integration.test_sandbox import PY, processes_with, wait_until
+from tests.helpers import require_bwrap, wait_until
+from tests.integration.test_sandbox import PY, processes_with
 
 SECRET = "SECRET-KEY-MATERIAL-" + "0123456789"
 
