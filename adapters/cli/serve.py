@@ -51,6 +51,7 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
         )
     try:
         read_wait_from_env()  # checked here, not in each worker
+        niceness = serving.worker_niceness(os.environ.get(serving.NICENESS_ENV))
     except InvalidInput as error:
         fail(str(error), ExitCode.BAD_INPUT)
     os.environ[DB_ENV] = ctx.db  # the workers open the same database
@@ -59,6 +60,6 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
     projector = app.on_postgres and os.environ.get(PROJECTIONS_ENV) != "external"
     app.close()
     try:
-        serving.serve(host, port, workers, projector=projector)
+        serving.serve(host, port, workers, projector=projector, niceness=niceness)
     except OSError as error:  # the address is taken, or not this machine's
         fail(f"cannot listen on {host}:{port}: {error}", ExitCode.REFUSED)

@@ -44,6 +44,11 @@ def test_http_bench_prints_every_figure_and_verdict(tmp_path: Path) -> None:
         assert point.count(" | ") == 8, point
         assert "| 0 |" in point  # no answer but 200/201
     assert sum("projection lag, busy" in line for line in lines) == 2
+    beside = [
+        line for line in lines if "(1 thread, read models kept by a `devs" in line
+    ]
+    assert len(beside) == 1, beside
+    assert beside[0].startswith("| PostgreSQL | 1 |"), beside
     verdicts = [line for line in lines if line.startswith("target ")]
     # Per backend: the ratio and p99 at 16 clients (not run here); PostgreSQL
     # adds its in-process rate and the projection lag.

@@ -175,6 +175,25 @@ def test_a_bad_read_wait_is_refused_in_one_line(tmp_path: Path) -> None:
     assert "DEVS_READ_WAIT must be a number of seconds in (0, 300]" in lines[0]
 
 
+@pytest.mark.parametrize("value", ["-1", "20", "five", "5.5", "٣"])
+def test_a_bad_worker_niceness_is_refused_in_one_line(
+    tmp_path: Path, value: str
+) -> None:
+    result = subprocess.run(
+        [DEVS, "--db", str(tmp_path / "x.sqlite"), "serve", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DEVS_WORKER_NICENESS": value},
+        check=False,
+    )
+    assert result.returncode == 6
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "DEVS_WORKER_NICENESS must be an integer from 0 to 19" in lines[0]
+    assert repr(value) in lines[0]
+
+
 def test_idempotency_keys_hold_across_a_restart_and_workers(
     tmp_path: Path, store: dict[str, str]
 ) -> None:

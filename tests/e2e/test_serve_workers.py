@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devs.adapters.serving import listening_socket
+from devs.adapters.serving import DEFAULT_NICENESS, listening_socket, worker_niceness
 from tests.e2e.test_serve import DEVS, Server, free_port
 from tests.helpers import wait_until
 
@@ -31,6 +31,20 @@ def workers_of(pid: int) -> set[int]:
         if parent == pid and b"spawn_main" in command:
             found.add(int(entry.name))
     return found
+
+
+def niceness(pid: int) -> int:
+    """A process's nice value (/proc/PID/stat, field 19)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[16])
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, DEFAULT_NICENESS), ("", DEFAULT_NICENESS), ("0", 0), (" 19 ", 19)],
+)
+def test_worker_niceness_reads_the_setting(value: str | None, expected: int) -> None:
+    assert worker_niceness(value) == expected
 
 
 def listening(port: int) -> int:
@@ -71,6 +85,8 @@ def test_a_dead_worker_is_replaced_and_sigterm_stops_all(tmp_path: Path) -> None
         assert wait_until(lambda: len(workers_of(server.process.pid)) == 2, 30)
         assert wait_until(lambda: listening(server.port) == 2, 30)
         before = workers_of(server.process.pid)
+        # no projector on SQLite: nothing for the workers to yield to
+        assert {niceness(pid) for pid in before} == {niceness(server.process.pid)}
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
         assert wait_until(
@@ -136,13 +152,14 @@ def test_a_taken_port_is_one_line(tmp_path: Path, workers: str) -> None:
 def test_on_postgresql_a_projector_process_keeps_the_read_models(
     tmp_path: Path, pg_url: str
 ) -> None:
-    """Beside the workers (which run no runner), a projector process folds
-    the log; killed, it is started again and the reads catch up."""
+    """Beside the workers (which run no runner, DEVS_WORKER_NICENESS nicer
+    than it), a projector process folds the log; killed, it is started again
+    and the reads catch up."""
     server = Server(
         tmp_path / "unused.sqlite",
         "--workers",
         "2",
-        env={"DEVS_DATABASE_URL": pg_url},
+        env={"DEVS_DATABASE_URL": pg_url, "DEVS_WORKER_NICENESS": "3"},
     )
     try:
         assert wait_until(lambda: len(workers_of(server.process.pid)) == 3, 30)
@@ -151,6 +168,9 @@ def test_on_postgresql_a_projector_process_keeps_the_read_models(
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             assert b"DEVS_PROJECTIONS=external" in environ
         projector = max(children)  # started after the workers
+        base = niceness(server.process.pid)
+        assert niceness(projector) == base
+        assert {niceness(pid) for pid in children - {projector}} == {base + 3}
         started = server.client.post("/tasks", json={"task_id": "t1"})
         after = {"after": started.headers["X-Devs-Position"]}
         assert server.client.get("/tasks", params=after).status_code == 200
