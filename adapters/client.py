@@ -1,0 +1,388 @@
+"""A client of ``devs serve`` with the methods of ``RecoveryService``.
+
+``HttpRecoveryClient("http://127.0.0.1:8765", token=...)`` answers the
+commands and queries a caller of the service uses with the same pydantic
+models, and raises the same exceptions (:class:`~devs.domain.NotFound` for a
+404, :class:`~devs.domain.InvalidInput` for a 422, with its ``field``, and so
+on), so code written against an in-process ``RecoveryService`` runs against
+the HTTP service unchanged: the LangGraph adapter takes either.
+
+Read your writes: the client remembers the highest ``X-Devs-Position`` its
+commands reached and sends it as ``X-Devs-After`` with every query of a read
+model, so a query answers only once the read models folded this client's own
+commands, on whichever worker or server it lands.
+
+Exactly once: ``exactly_once(key, request)`` sends the commands of its block
+with ``Idempotency-Key: key``. The server compares the request body with the
+first one sent under that key (``request`` is what the in-process service
+compares; here it is not sent).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Literal, Protocol, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from devs.domain import (
+    ActionResult,
+    AlreadyExists,
+    AttemptDecision,
+    Conflict,
+    DevsError,
+    EntropyDecision,
+    FailureReport,
+    GateDecision,
+    GateStatus,
+    HandoffEntry,
+    HistoryEntry,
+    IllegalTransition,
+    InvalidInput,
+    Lesson,
+    NotFound,
+    Notification,
+    PendingSession,
+    RunState,
+    StoreError,
+    TaskIndexEntry,
+    TaskSummary,
+)
+from devs.domain.commands import Written
+
+TOKEN_ENV = "DEVS_API_TOKEN"
+KEY_HEADER = "Idempotency-Key"
+POSITION_HEADER = "X-Devs-Position"
+AFTER_HEADER = "X-Devs-After"
+
+M = TypeVar("M", bound=BaseModel)
+
+_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "devs_http_idempotency_key", default=None
+)
+_WRITTEN: contextvars.ContextVar[Written | None] = contextvars.ContextVar(
+    "devs_http_written", default=None
+)
+
+
+class Answer(Protocol):
+    """What the client reads of an HTTP answer (httpx's ``Response``)."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes
+    text: str
+
+    def json(self) -> Any: ...
+
+
+class Transport(Protocol):
+    """What the client needs of an HTTP client: ``httpx.Client`` (or
+    anything with its ``get``, ``post``, ``headers`` and ``close``, such as
+    Starlette's ``TestClient`` over the app in process)."""
+
+    @property
+    def headers(self) -> Any: ...
+
+    def get(self, url: str, *, params: Any = ..., headers: Any = ...) -> Any: ...
+    def post(self, url: str, *, json: Any = ..., headers: Any = ...) -> Any: ...
+    def close(self) -> None: ...
+
+
+class Unauthorized(DevsError):
+    """The service wants a token (``DEVS_API_TOKEN``) this client lacks or
+    got wrong."""
+
+
+class ServiceError(DevsError):
+    """The service answered something this client cannot read as a model or
+    as one of the service's errors (a proxy's error page, a 5xx)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error(response: Answer) -> DevsError:
+    """The exception an error answer stands for (docs/http.md#errors)."""
+    status = response.status_code
+    try:
+        body = response.json()
+        kind, detail = str(body["error"]), str(body["detail"])
+        field = body.get("field")
+    except (ValueError, KeyError, TypeError):
+        text = response.text[:200]
+        return ServiceError(f"HTTP {status} from the service: {text!r}", status=status)
+    if status == 401:
+        return Unauthorized(detail)
+    if kind == "not_found":
+        return NotFound(detail)
+    if kind in ("invalid_input", "malformed_json") or status in (400, 422):
+        if field == KEY_HEADER:
+            field = "idempotency_key"  # as the in-process service names it
+        return InvalidInput(detail, field=field)
+    if kind == "illegal_transition":
+        return IllegalTransition(detail)
+    if kind == "already_exists":
+        return AlreadyExists(detail)
+    if kind == "conflict":
+        return Conflict(detail)
+    if status in (503, 504) or kind == "store_unavailable":
+        return StoreError(detail)
+    return ServiceError(f"HTTP {status} ({kind}): {detail}", status=status)
+
+
+class HttpRecoveryClient:
+    """``RecoveryService``'s commands and queries, over ``devs serve``."""
+
+    def __init__(
+        self,
+        url: str | Transport,
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        """``url``: the service's base URL, or an HTTP client set up for it
+        (an ``httpx.Client``; FastAPI's ``TestClient`` over the app in process);
+        ``token``: its API token (default ``DEVS_API_TOKEN`` from the
+        environment, if set)."""
+        token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http: Transport
+        if isinstance(url, str):
+            self._http = httpx.Client(base_url=url, headers=headers, timeout=timeout)
+        else:
+            self._http = url
+            self._http.headers.update(headers)
+        self.position = 0
+        """The highest log position this client's commands reached."""
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> HttpRecoveryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def exactly_once(self, key: str, request: str) -> Iterator[None]:
+        """Within this block, commands are sent with ``Idempotency-Key: key``
+        (the server compares their bodies; ``request`` is not sent)."""
+        token = _KEY.set(key)
+        try:
+            yield
+        finally:
+            _KEY.reset(token)
+
+    @contextmanager
+    def written(self) -> Iterator[Written]:
+        """The log position the commands of this block reached
+        (``X-Devs-Position``)."""
+        written = Written()
+        token = _WRITTEN.set(written)
+        try:
+            yield written
+        finally:
+            _WRITTEN.reset(token)
+
+    def _command(self, path: str, body: Mapping[str, Any], model: type[M]) -> M:
+        key = _KEY.get()
+        headers = {KEY_HEADER: key} if key is not None else {}
+        response: Answer = self._http.post(path, json=dict(body), headers=headers)
+        if response.status_code not in (200, 201):
+            raise _error(response)
+        position = int(response.headers.get(POSITION_HEADER, "0"))
+        self.position = max(self.position, position)
+        written = _WRITTEN.get()
+        if written is not None:
+            written.position = position
+        return model.model_validate_json(response.content)
+
+    def _query(
+        self, path: str, adapter: TypeAdapter[Any], *, params: Mapping[str, Any] = {}
+    ) -> Any:
+        headers = {AFTER_HEADER: str(self.position)} if self.position else {}
+        response: Answer = self._http.get(path, params=dict(params), headers=headers)
+        if response.status_code != 200:
+            raise _error(response)
+        return adapter.validate_json(response.content)
+
+    @staticmethod
+    def _task(task_id: str) -> str:
+        return "/tasks/" + _segment(task_id)
+
+    # ------------------------------------------------------------ commands
+
+    def start_run(self, run_id: str, dag: Mapping[str, Any]) -> RunState:
+        body = {"run_id": run_id, "dag": {k: list(v) for k, v in dag.items()}}
+        return self._command("/runs", body, RunState)
+
+    def start_task(
+        self,
+        task_id: str,
+        *,
+        run_id: str | None = None,
+        agent: str | None = None,
+        last_commit: str | None = None,
+    ) -> TaskSummary:
+        body = {
+            "task_id": task_id,
+            "run_id": run_id,
+            "agent": agent,
+            "last_commit": last_commit,
+        }
+        return self._command("/tasks", body, TaskSummary)
+
+    def begin_attempt(self, task_id: str, strategy: str) -> AttemptDecision:
+        path = self._task(task_id) + "/attempts"
+        return self._command(path, {"strategy": strategy}, AttemptDecision)
+
+    def record_gate(
+        self,
+        task_id: str,
+        exit_code: int | None,
+        *,
+        gate: str | None = None,
+        strategy: str | None = None,
+        error: str | None = None,
+        output: str | None = None,
+    ) -> GateDecision:
+        body = {
+            "exit_code": exit_code,
+            "gate": gate,
+            "strategy": strategy,
+            "error": error,
+            "output": output,
+        }
+        return self._command(self._task(task_id) + "/gates", body, GateDecision)
+
+    def report_entropy(self, task_id: str, score: float) -> EntropyDecision:
+        path = self._task(task_id) + "/entropy"
+        return self._command(path, {"score": score}, EntropyDecision)
+
+    def log_lesson(
+        self, task_id: str, failed_strategy: str, rca_summary: str
+    ) -> Lesson:
+        body = {"failed_strategy": failed_strategy, "rca_summary": rca_summary}
+        return self._command(self._task(task_id) + "/lessons", body, Lesson)
+
+    def resume(self, task_id: str, *, actor: str, reason: str) -> ActionResult:
+        body = {"actor": actor, "reason": reason}
+        return self._command(self._task(task_id) + "/resume", body, ActionResult)
+
+    def rewind(
+        self,
+        task_id: str,
+        *,
+        actor: str,
+        reason: str,
+        to_commit: str | None = None,
+    ) -> ActionResult:
+        body = {"actor": actor, "reason": reason, "to_commit": to_commit}
+        return self._command(self._task(task_id) + "/rewind", body, ActionResult)
+
+    def skip(self, task_id: str, *, actor: str, reason: str) -> ActionResult:
+        body = {"actor": actor, "reason": reason}
+        return self._command(self._task(task_id) + "/skip", body, ActionResult)
+
+    def claim_handoff(self, task_id: str, *, actor: str) -> ActionResult:
+        path = self._task(task_id) + "/claim"
+        return self._command(path, {"actor": actor}, ActionResult)
+
+    def resolve_handoff(
+        self,
+        task_id: str,
+        *,
+        actor: str,
+        resolution: Literal["return", "complete", "skip"],
+        reason: str,
+    ) -> ActionResult:
+        body = {"actor": actor, "resolution": resolution, "reason": reason}
+        return self._command(self._task(task_id) + "/resolve", body, ActionResult)
+
+    # ------------------------------------------------------------- queries
+
+    def task(self, task_id: str) -> TaskSummary:
+        return self._query(self._task(task_id), _adapter(TaskSummary))  # type: ignore[no-any-return]
+
+    def state_at(self, task_id: str, version: int) -> TaskSummary:
+        path = f"{self._task(task_id)}/history/{int(version)}"
+        return self._query(path, _adapter(TaskSummary))  # type: ignore[no-any-return]
+
+    def history(
+        self, task_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[HistoryEntry]:
+        params: dict[str, Any] = {"after_version": after}
+        if limit is not None:
+            params["limit"] = limit
+        path = self._task(task_id) + "/history"
+        return self._query(path, _adapter(list[HistoryEntry]), params=params)  # type: ignore[no-any-return]
+
+    def tasks(
+        self, *, state: str | None = None, run_id: str | None = None
+    ) -> list[TaskIndexEntry]:
+        params = {k: v for k, v in (("state", state), ("run_id", run_id)) if v}
+        return self._query("/tasks", _adapter(list[TaskIndexEntry]), params=params)  # type: ignore[no-any-return]
+
+    def gate_status(self, task_id: str) -> GateStatus:
+        path = self._task(task_id) + "/gate-status"
+        return self._query(path, _adapter(GateStatus))  # type: ignore[no-any-return]
+
+    def failure_report(self, task_id: str) -> FailureReport:
+        path = self._task(task_id) + "/failure-report"
+        return self._query(path, _adapter(FailureReport))  # type: ignore[no-any-return]
+
+    def lessons(self, task_id: str) -> list[Lesson]:
+        path = self._task(task_id) + "/lessons"
+        return self._query(path, _adapter(list[Lesson]))  # type: ignore[no-any-return]
+
+    def _blacklist(self, task_id: str, candidate: str | None) -> dict[str, Any]:
+        params = {} if candidate is None else {"candidate": candidate}
+        path = self._task(task_id) + "/blacklist"
+        return self._query(path, _adapter(dict[str, Any]), params=params)  # type: ignore[no-any-return]
+
+    def is_strategy_blacklisted(self, task_id: str, candidate: str) -> bool:
+        return bool(self._blacklist(task_id, candidate)["blacklisted"])
+
+    def blacklist_directive(self, task_id: str) -> str:
+        return str(self._blacklist(task_id, None)["directive"])
+
+    def pending_sessions(self) -> list[PendingSession]:
+        return self._query("/sessions", _adapter(list[PendingSession]))  # type: ignore[no-any-return]
+
+    def handoff_queue(self) -> list[HandoffEntry]:
+        return self._query("/handoffs", _adapter(list[HandoffEntry]))  # type: ignore[no-any-return]
+
+    def run_state(self, run_id: str) -> RunState:
+        path = "/runs/" + _segment(run_id)
+        return self._query(path, _adapter(RunState))  # type: ignore[no-any-return]
+
+    def notifications(self, *, after: int = 0, limit: int = 100) -> list[Notification]:
+        params = {"after": after, "limit": limit}
+        return self._query(  # type: ignore[no-any-return]
+            "/notifications", _adapter(list[Notification]), params=params
+        )
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    found = _ADAPTERS.get(kind)
+    if found is None:
+        found = _ADAPTERS[kind] = TypeAdapter(kind)
+    return found
+
+
+def _segment(value: str) -> str:
+    """``value`` as one path segment (``/``, ``?``, ``#``, ``%`` escaped)."""
+    return quote(value, safe="")

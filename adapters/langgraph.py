@@ -1,0 +1,655 @@
+"""devs-recovery inside a LangGraph graph (``pip install 'devs-recovery[langgraph]'``).
+
+A :class:`Referee` gives a graph author three nodes and one router
+(docs/langgraph.md):
+
+- ``referee.before_turn``: ``begin_attempt`` with the state's ``strategy``;
+  the blacklist directive goes into the state (``directive``) for the prompt.
+  A blacklisted strategy never reaches the model: the node suspends the graph.
+- ``referee.after_turn``: the turn's entropy score (``entropy_of(state)``, a
+  function the author passes) goes to ``report_entropy``; a triggered gate
+  suspends the graph.
+- ``referee.gate``: runs the test command in the sandboxed gate runner
+  (``devs.adapters.sandbox``), records the gate and routes: ``advance`` (it
+  passed and the run has a next node), ``retry``, or ``end`` (the task is
+  complete, skipped or handed off); an escalation, a pause or a hand-off
+  suspends the graph first.
+- ``referee.route``: the conditional edge after any of them: ``proceed``,
+  ``retry``, ``advance`` or ``end`` (the state's ``devs["route"]``).
+
+Suspending is LangGraph's own ``interrupt()`` with a JSON payload
+(:func:`suspension_payload`). ``graph.invoke(Command(resume={...}), config)``
+resumes: the value is a :class:`HumanDecision` (``action``: ``resume``,
+``rewind``, ``skip``, ``claim`` or ``resolve``; ``actor``; ``reason``), which
+the node records in devs-recovery before the graph goes on.
+
+LangGraph runs an interrupted node again from its start on resume, and a
+graph resumed after its process died runs again the step whose checkpoint
+was not written. Every command a node sends is therefore sent under an
+idempotency key made of the LangGraph thread, the node's task id (the same
+on every run of one step) and the command's place in the node: a command
+sent again writes nothing and answers as the first time. The test command
+runs in a LangGraph ``@task``, whose result LangGraph keeps with the
+checkpoint, so resuming a gate does not run the tests again.
+
+The referee talks to an in-process ``RecoveryService`` or to ``devs serve``
+over HTTP (:class:`~devs.adapters.client.HttpRecoveryClient`): the one
+constructor argument ``service`` decides (a base URL is enough).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypedDict, TypeVar, cast
+
+import orjson
+from langgraph.config import get_config
+from langgraph.func import task
+from langgraph.types import interrupt
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from devs.adapters.client import HttpRecoveryClient
+from devs.adapters.sandbox import Isolation, run_gate
+from devs.domain import (
+    ActionResult,
+    AttemptDecision,
+    EntropyDecision,
+    GateDecision,
+    InvalidInput,
+    Lesson,
+    Outcome,
+    TaskSummary,
+)
+from devs.domain.chart import TaskState
+from devs.domain.names import HAND_OFF_REQUIRED, SessionReason
+
+T = TypeVar("T")
+Route = Literal["proceed", "retry", "advance", "end"]
+ROUTES: tuple[Route, ...] = ("proceed", "retry", "advance", "end")
+Where = Literal["attempt", "entropy", "gate"]
+
+
+class Backend(Protocol):
+    """What the referee needs of a service: ``RecoveryService`` and
+    ``HttpRecoveryClient`` both have it."""
+
+    def exactly_once(self, key: str, request: str) -> AbstractContextManager[None]: ...
+    def begin_attempt(self, task_id: str, strategy: str) -> AttemptDecision: ...
+    def report_entropy(self, task_id: str, score: float) -> EntropyDecision: ...
+    def log_lesson(
+        self, task_id: str, failed_strategy: str, rca_summary: str
+    ) -> Lesson: ...
+    def record_gate(
+        self,
+        task_id: str,
+        exit_code: int | None,
+        *,
+        gate: str | None = None,
+        strategy: str | None = None,
+        error: str | None = None,
+        output: str | None = None,
+    ) -> GateDecision: ...
+    def resume(self, task_id: str, *, actor: str, reason: str) -> ActionResult: ...
+    def rewind(
+        self, task_id: str, *, actor: str, reason: str, to_commit: str | None = None
+    ) -> ActionResult: ...
+    def skip(self, task_id: str, *, actor: str, reason: str) -> ActionResult: ...
+    def claim_handoff(self, task_id: str, *, actor: str) -> ActionResult: ...
+    def resolve_handoff(
+        self,
+        task_id: str,
+        *,
+        actor: str,
+        resolution: Literal["return", "complete", "skip"],
+        reason: str,
+    ) -> ActionResult: ...
+    def task(self, task_id: str) -> TaskSummary: ...
+
+
+class DevsState(TypedDict, total=False):
+    """The keys the referee reads and writes; a graph's state extends it.
+
+    ``task_id`` (read): the devs-recovery task this thread works on.
+    ``strategy`` (read): the strategy of the coming turn (``before_turn``).
+    ``directive`` (written): the blacklist directive for the prompt.
+    ``devs`` (written): the referee's last word — ``route``, and what led
+    there (``outcome``, ``session_id``, ``next_node``, ``decided_by``,
+    ``rewind_to``…).
+    """
+
+    task_id: str
+    strategy: str
+    directive: str
+    devs: dict[str, Any]
+
+
+class HumanDecision(BaseModel):
+    """What ``Command(resume=...)`` carries when a human answers.
+
+    ``resume``, ``rewind`` (optionally ``to_commit``) and ``skip`` answer an
+    escalation or a pause; ``claim`` and ``resolve`` (``resolution``:
+    ``return``, ``complete`` or ``skip``) a hand-off — ``resolve`` claims
+    the task first when nobody has, and ``claim`` alone suspends the graph
+    again until the claimer resolves.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    action: Literal["resume", "rewind", "skip", "claim", "resolve"]
+    actor: str
+    reason: str = "(no reason given)"
+    to_commit: str | None = None
+    resolution: Literal["return", "complete", "skip"] | None = None
+
+
+_ANSWERS: dict[str, tuple[str, ...]] = {
+    "waiting": ("resume", "rewind", "skip"),
+    "handoff": ("claim", "resolve"),
+}
+
+
+def suspension_payload(
+    *,
+    task_id: str,
+    where: Where,
+    reason: str,
+    outcome: str,
+    session_id: str | None,
+    summary: TaskSummary,
+    report: Any = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON ``interrupt()`` carries: what a human needs to decide, and
+    which answers it takes."""
+    handoff = reason == HAND_OFF_REQUIRED
+    payload: dict[str, Any] = {
+        "devs": "suspended",
+        "task_id": task_id,
+        "where": where,
+        "reason": str(reason),
+        "outcome": str(outcome),
+        "session_id": session_id,
+        "state": str(summary.state),
+        "consecutive_failures": summary.consecutive_failures,
+        "strategy": summary.current_strategy,
+        "report": _json(report),
+        "handoff": _json(summary.handoff) if handoff else None,
+        "claimed_by": summary.claimed_by if handoff else None,
+        "answers": list(_ANSWERS["handoff" if handoff else "waiting"]),
+    }
+    if extra:
+        payload.update(extra)
+    return payload
+
+
+def _json(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, BaseModel):
+        return orjson.loads(value.model_dump_json())
+    return value
+
+
+class Referee:
+    """The nodes and the router that put devs-recovery into a graph."""
+
+    def __init__(
+        self,
+        service: Backend | str,
+        *,
+        token: str | None = None,
+        entropy_of: Callable[[Mapping[str, Any]], float | None] | None = None,
+        test_command: Sequence[str]
+        | Callable[[Mapping[str, Any]], Sequence[str]]
+        | None = None,
+        workdir: str | Path | Callable[[Mapping[str, Any]], str | Path] | None = None,
+        gate_name: str = "tests",
+        timeout: float = 600.0,
+        isolation: Isolation = "auto",
+        on_handoff: Literal["suspend", "end"] = "suspend",
+        lesson_of: Callable[[Mapping[str, Any], GateDecision], tuple[str, str] | None]
+        | None = None,
+    ) -> None:
+        """``service``: a ``RecoveryService`` (in process), an
+        ``HttpRecoveryClient``, or the base URL of ``devs serve`` (with
+        ``token``, default ``DEVS_API_TOKEN``). ``entropy_of``: the turn's
+        entropy score from the state after the model's turn (None: nothing to
+        report). ``test_command`` and ``workdir``: the gate's command and
+        where it runs, fixed or from the state. ``on_handoff``: ``suspend``
+        asks a human at once (claim and resolve in ``Command(resume=…)``);
+        ``end`` ends the graph and leaves the task in the hand-off queue.
+        ``lesson_of``: after a failed gate, the lesson a root-cause analysis
+        drew, ``(failed_strategy, rca_summary)`` (None: none), logged before
+        the graph goes on; the strategy is then blacklisted for this task."""
+        if isinstance(service, str):
+            service = HttpRecoveryClient(service, token=token)
+        self.service: Backend = service
+        self.entropy_of = entropy_of
+        self.test_command = test_command
+        self.workdir = workdir
+        self.gate_name = gate_name
+        self.timeout = timeout
+        self.isolation: Isolation = isolation
+        self.on_handoff = on_handoff
+        self.lesson_of = lesson_of
+
+    # ---------------------------------------------------------------- nodes
+    # ``state: Any``, not a TypedDict: LangGraph hands a node only the keys of
+    # the type its first parameter names, and these nodes read the author's
+    # keys too (``entropy_of``, ``test_command`` and ``workdir`` callables).
+
+    def before_turn(self, state: Any) -> dict[str, Any]:
+        """``begin_attempt``: the directive into the state; a blacklisted
+        strategy suspends the graph (it never reaches the model)."""
+        steps = _Steps()
+        task_id, strategy = _text(state, "task_id"), _text(state, "strategy")
+        decision = self._once(
+            steps.next("attempt"),
+            lambda: self.service.begin_attempt(task_id, strategy),
+            ("begin_attempt", task_id, strategy),
+        )
+        update: dict[str, Any] = {"directive": decision.directive}
+        if decision.proceed:
+            update["devs"] = {"route": "proceed", "where": "attempt"}
+            return update
+        reason = _reason(decision.outcome)
+        update["devs"] = self._suspend(
+            steps,
+            task_id,
+            "attempt",
+            reason,
+            decision.outcome,
+            decision.session_id,
+            decision.report,
+            {
+                "blocked_strategy": strategy,
+                "matched_strategy": decision.matched_strategy,
+                "directive": decision.directive,
+            },
+            after_resume="retry",  # another strategy: this one never reaches the model
+        )
+        return update
+
+    def after_turn(self, state: Any) -> dict[str, Any]:
+        """The turn's entropy score to ``report_entropy``; a triggered gate
+        suspends the graph."""
+        steps = _Steps()
+        task_id = _text(state, "task_id")
+        score = self.entropy_of(state) if self.entropy_of is not None else None
+        if score is None:
+            return {"devs": {"route": "proceed", "where": "entropy", "score": None}}
+        decision = self._once(
+            steps.next("entropy"),
+            lambda: self.service.report_entropy(task_id, score),
+            ("report_entropy", task_id, score),
+        )
+        if not decision.triggered:
+            return {"devs": {"route": "proceed", "where": "entropy", "score": score}}
+        outcome = self._suspend(
+            steps,
+            task_id,
+            "entropy",
+            SessionReason.ENTROPY_LIMIT.value,
+            Outcome.PAUSE,
+            decision.session_id,
+            None,
+            {"entropy_score": score, "threshold": decision.threshold},
+            after_resume="proceed",  # the human let this turn's work go on
+        )
+        outcome["score"] = score
+        return {"devs": outcome}
+
+    def gate(self, state: Any) -> dict[str, Any]:
+        """Run the test command sandboxed, record the gate, and route."""
+        steps = _Steps()
+        task_id = _text(state, "task_id")
+        command = self._command(state)
+        workdir = self._workdir(state)
+        run = _run_tests(command, workdir, self.timeout, self.isolation).result()
+        strategy = state.get("strategy")
+        strategy = strategy if isinstance(strategy, str) else None
+        record = self._once_or_recorded(
+            steps.next("gate"),
+            lambda: self.service.record_gate(
+                task_id,
+                run["exit_code"],
+                gate=self.gate_name,
+                strategy=strategy,
+                error=run["error"],
+                output=run["output"],
+            ),
+            (
+                "record_gate",
+                task_id,
+                run["exit_code"],
+                self.gate_name,
+                strategy,
+                run["error"],
+                run["output_hash"],
+            ),
+        )
+        decision = record if record is not None else self._recorded_gate(task_id)
+        lesson = None
+        if not decision.passed and self.lesson_of is not None:
+            lesson = self.lesson_of(state, decision)
+        if lesson is not None:
+            failed, summary = lesson
+            self._once(
+                steps.next("lesson"),
+                lambda: self.service.log_lesson(task_id, failed, summary),
+                ("log_lesson", task_id, failed, summary),
+            )
+        base = {
+            "where": "gate",
+            "outcome": str(decision.outcome),
+            "passed": decision.passed,
+            "exit_code": decision.exit_code,
+            "next_node": decision.next_node,
+            "consecutive_failures": decision.consecutive_failures,
+            "lesson": lesson[0] if lesson else None,
+        }
+        if decision.outcome == Outcome.ADVANCE:
+            return {"devs": {**base, "route": "advance"}}
+        if decision.outcome == Outcome.COMPLETE:
+            return {"devs": {**base, "route": "end"}}
+        if decision.outcome == Outcome.STAY:
+            return {"devs": {**base, "route": "retry"}}
+        decided = self._suspend(
+            steps,
+            task_id,
+            "gate",
+            _reason(decision.outcome),
+            decision.outcome,
+            decision.session_id,
+            decision.report,
+            {"exit_code": decision.exit_code, "output_tail": run["output"][-2000:]},
+            after_resume="retry",
+        )
+        return {"devs": {**base, **decided}}
+
+    @staticmethod
+    def route(state: Any) -> Route:
+        """The conditional edge after a referee node."""
+        devs = state.get("devs")
+        route = devs.get("route") if isinstance(devs, Mapping) else None
+        if route not in ROUTES:
+            msg = "the state has no referee route: run a Referee node before route()"
+            raise InvalidInput(msg, field="devs")
+        return cast("Route", route)
+
+    # ------------------------------------------------------------- the gate
+
+    def _command(self, state: Mapping[str, Any]) -> list[str]:
+        command = self.test_command
+        if callable(command):
+            command = command(state)
+        if not command:
+            msg = "Referee(test_command=...) names no command for the gate"
+            raise InvalidInput(msg, field="test_command")
+        return [str(part) for part in command]
+
+    def _workdir(self, state: Mapping[str, Any]) -> str | None:
+        where = self.workdir
+        if callable(where):
+            where = where(state)
+        return None if where is None else str(where)
+
+    # ----------------------------------------------------------- suspension
+
+    def _suspend(
+        self,
+        steps: _Steps,
+        task_id: str,
+        where: Where,
+        reason: str,
+        outcome: Outcome | None,
+        session_id: str | None,
+        report: Any,
+        extra: Mapping[str, Any],
+        *,
+        after_resume: Route,
+    ) -> dict[str, Any]:
+        """``interrupt()`` until a human answers; record the answer; the
+        route and what the human decided.
+
+        An answer that is refused (not a human decision, an action this
+        suspension does not take, a value the service refuses) records
+        nothing and suspends again, the payload's ``error`` saying why:
+        LangGraph keeps every resume value of a node, so the node must
+        consume a bad one rather than fail on it each time it runs."""
+        handoff = reason == HAND_OFF_REQUIRED
+        if handoff and self.on_handoff == "end":  # the queue has it
+            return {"session_id": session_id, "route": "end"}
+        refused: InvalidInput | None = None
+        while True:
+            summary = self.service.task(task_id)
+            payload = suspension_payload(
+                task_id=task_id,
+                where=where,
+                reason=reason,
+                outcome=str(outcome) if outcome else "pause",
+                session_id=session_id,
+                summary=summary,
+                report=report,
+                extra=extra,
+            )
+            if refused is not None:
+                payload["error"] = {"detail": str(refused), "field": refused.field}
+            raw = interrupt(payload)
+            try:
+                answer = _human(raw)
+                allowed = _ANSWERS["handoff" if handoff else "waiting"]
+                if answer.action not in allowed:
+                    msg = (
+                        f"{reason} takes {' or '.join(allowed)}, not {answer.action!r}"
+                    )
+                    raise InvalidInput(msg, field="action")
+                result = self._record(steps, task_id, answer, summary)
+            except InvalidInput as error:
+                refused = error
+                continue
+            refused = None
+            if answer.action == "claim":
+                continue  # claimed: ask again until the claimer resolves
+            decided: dict[str, Any] = {
+                "session_id": session_id,
+                "decided_by": answer.actor,
+                "action": answer.action,
+                "reason": answer.reason,
+                "state": str(result.state),
+                "next_node": result.next_node,
+            }
+            if answer.action == "rewind":
+                decided["rewind_to"] = result.to_commit
+            if answer.action == "skip" or answer.resolution in ("complete", "skip"):
+                return {**decided, "route": "end"}
+            if answer.action == "resolve":  # returned to the agent
+                return {**decided, "route": "retry"}
+            if answer.action == "rewind":
+                return {**decided, "route": "retry"}
+            return {**decided, "route": after_resume}
+
+    def _record(
+        self, steps: _Steps, task_id: str, answer: HumanDecision, summary: TaskSummary
+    ) -> ActionResult:
+        service, actor, reason = self.service, answer.actor, answer.reason
+        if answer.action == "resume":
+            return self._once(
+                steps.next("resume"),
+                lambda: service.resume(task_id, actor=actor, reason=reason),
+                ("resume", task_id, actor, reason),
+            )
+        if answer.action == "rewind":
+            to_commit = answer.to_commit
+            return self._once(
+                steps.next("rewind"),
+                lambda: service.rewind(
+                    task_id, actor=actor, reason=reason, to_commit=to_commit
+                ),
+                ("rewind", task_id, actor, reason, to_commit),
+            )
+        if answer.action == "skip":
+            return self._once(
+                steps.next("skip"),
+                lambda: service.skip(task_id, actor=actor, reason=reason),
+                ("skip", task_id, actor, reason),
+            )
+        claim_key = steps.next("claim")
+        if answer.action == "claim" or summary.claimed_by is None:
+            claimed = self._once(
+                claim_key,
+                lambda: service.claim_handoff(task_id, actor=actor),
+                ("claim_handoff", task_id, actor),
+            )
+            if answer.action == "claim":
+                return claimed
+        if answer.resolution is None:
+            msg = "resolve needs a resolution: return, complete or skip"
+            raise InvalidInput(msg, field="resolution")
+        resolution = answer.resolution
+        return self._once(
+            steps.next("resolve"),
+            lambda: service.resolve_handoff(
+                task_id, actor=actor, resolution=resolution, reason=reason
+            ),
+            ("resolve_handoff", task_id, actor, resolution, reason),
+        )
+
+    # ---------------------------------------------------------- exactly once
+
+    def _once(self, op: str, call: Callable[[], T], request: tuple[Any, ...]) -> T:
+        """``call()`` under this step's idempotency key for ``op``."""
+        with self.service.exactly_once(_key(op), orjson.dumps(request).decode()):
+            return call()
+
+    def _once_or_recorded(
+        self, op: str, call: Callable[[], T], request: tuple[Any, ...]
+    ) -> T | None:
+        """As ``_once``; None when this step's command was recorded before
+        with another request: the tests ran again after a crash that lost
+        LangGraph's record of their first run, and their result differed.
+        The first result stands."""
+        try:
+            return self._once(op, call, request)
+        except InvalidInput as error:
+            if error.field != "idempotency_key":
+                raise
+            return None
+
+    def _recorded_gate(self, task_id: str) -> GateDecision:
+        """The gate this step recorded before, as the task's state tells it."""
+        summary = self.service.task(task_id)
+        outcome = _OUTCOMES.get(summary.state, Outcome.STAY)
+        session = summary.pending_session
+        return GateDecision(
+            task_id=task_id,
+            gate=self.gate_name,
+            passed=outcome == Outcome.COMPLETE,
+            reason=None,
+            exit_code=None,
+            outcome=outcome,
+            state=summary.state,
+            consecutive_failures=summary.consecutive_failures,
+            session_id=session.session_id if session else None,
+        )
+
+
+_OUTCOMES = {
+    TaskState.ESCALATION: Outcome.ESCALATE,
+    TaskState.PAUSED: Outcome.PAUSE,
+    TaskState.HAND_OFF: Outcome.HAND_OFF,
+    TaskState.COMPLETED: Outcome.COMPLETE,
+    TaskState.SKIPPED: Outcome.COMPLETE,
+}
+
+
+def _gate_run(
+    command: list[str], workdir: str | None, timeout: float, isolation: Isolation
+) -> dict[str, Any]:
+    """The test command's run: a LangGraph task, whose result LangGraph keeps
+    with the checkpoint, so a resumed gate does not run it again."""
+    result = run_gate(command, cwd=workdir, timeout=timeout, isolation=isolation)
+    last_line = next(
+        (line.strip() for line in reversed(result.output.splitlines()) if line),
+        "",
+    )
+    error = f"{result.error}: {last_line}" if last_line else result.error
+    return {
+        "exit_code": result.exit_code,
+        "output": result.output,
+        "output_hash": result.output_hash,
+        "error": error,
+        "isolation": result.isolation,
+    }
+
+
+# langgraph's ``task`` types do not check under mypy (its ParamSpec meets a
+# union); called as it documents it.
+_run_tests: Any = cast("Any", task)(name="devs_gate_run")(_gate_run)
+
+
+class _Steps:
+    """The commands of one run of a node, numbered: the same numbers on
+    every run of the same step, so each gets the same key."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def next(self, op: str) -> str:
+        count = self.seen.get(op, 0)
+        self.seen[op] = count + 1
+        return f"{op}.{count}"
+
+
+def _key(op: str) -> str:
+    """The idempotency key of command ``op`` in the running LangGraph task:
+    the thread and the task's checkpoint namespace (its node and task id,
+    the same every time this step runs), hashed."""
+    configurable = get_config().get("configurable", {})
+    thread = str(configurable.get("thread_id", ""))
+    namespace = str(configurable.get("checkpoint_ns", ""))
+    if not namespace:
+        msg = "a Referee node must run inside a LangGraph graph with a checkpointer"
+        raise InvalidInput(msg, field="config")
+    digest = hashlib.sha256(f"{thread}\0{namespace}".encode("utf-8", "surrogatepass"))
+    return f"langgraph/{digest.hexdigest()[:40]}/{op}"
+
+
+def _human(value: Any) -> HumanDecision:
+    try:
+        return HumanDecision.model_validate(value)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "resume"
+        msg = f"Command(resume=...) is not a human decision: {where}: {first['msg']}"
+        raise InvalidInput(msg, field=where) from None
+
+
+def _text(state: Mapping[str, Any], key: str) -> str:
+    value = state.get(key)
+    if not isinstance(value, str):
+        msg = f"the graph state's {key!r} must be a string, got {type(value).__name__}"
+        raise InvalidInput(msg, field=key)
+    return value
+
+
+def _reason(outcome: Outcome | None) -> str:
+    if outcome == Outcome.ESCALATE:
+        return SessionReason.MAX_RETRIES.value
+    if outcome == Outcome.HAND_OFF:
+        return HAND_OFF_REQUIRED
+    return SessionReason.BLACKLISTED_STRATEGY.value
+
+
+__all__ = [
+    "ROUTES",
+    "Backend",
+    "DevsState",
+    "HumanDecision",
+    "Referee",
+    "Route",
+    "suspension_payload",
+]
