@@ -77,6 +77,14 @@ class Backend(Protocol):
     ``HttpRecoveryClient`` both have it."""
 
     def exactly_once(self, key: str, request: str) -> AbstractContextManager[None]: ...
+    def start_task(
+        self,
+        task_id: str,
+        *,
+        run_id: str | None = None,
+        agent: str | None = None,
+        last_commit: str | None = None,
+    ) -> TaskSummary: ...
     def begin_attempt(self, task_id: str, strategy: str) -> AttemptDecision: ...
     def report_entropy(self, task_id: str, score: float) -> EntropyDecision: ...
     def log_lesson(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,14 @@ def run(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("script", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.name)
+AUDITS = {"langgraph_audit.py"}  # read a log another example wrote
+
+
+@pytest.mark.parametrize(
+    "script",
+    sorted(p for p in EXAMPLES.glob("*.py") if p.name not in AUDITS),
+    ids=lambda p: p.name,
+)
 def test_example_runs(script: Path, tmp_path: Path) -> None:
     result = run(script.name, "--db", str(tmp_path / "example.sqlite"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -54,3 +62,41 @@ def test_quickstart_suspends_for_a_human_and_then_passes(tmp_path: Path) -> None
     assert "'recursive descent parser': tests exit 0 -> complete" in out
     assert out.rstrip().endswith("state: completed")
     assert not list(tmp_path.iterdir()), "the default run must not litter the cwd"
+
+
+def test_the_langgraph_agent_is_suspended_resumed_and_audited(tmp_path: Path) -> None:
+    """The agent leaves a log in which a human resumed a suspended task and
+    real test runs judged the gates; the audit replays it."""
+    db = tmp_path / "agent.sqlite"
+    agent = run("langgraph_agent.py", "--db", str(db), cwd=tmp_path)
+    assert agent.returncode == 0, agent.stderr
+    assert "suspended (attempt): blacklisted_strategy" in agent.stdout
+    assert "suspended (entropy): entropy_limit" in agent.stdout
+    assert "suspended (gate): max_retries" in agent.stdout
+    assert "done: complete after 4 turns" in agent.stdout
+    assert "calc.py: return a + b" in agent.stdout
+    again = run("langgraph_agent.py", "--db", str(db), cwd=tmp_path)
+    assert again.returncode == 2  # refuses an existing file
+    assert "exists" in again.stderr
+
+    audit = run("langgraph_audit.py", "--db", str(db), "--json", cwd=tmp_path)
+    assert audit.returncode == 0, audit.stderr
+    found = json.loads(audit.stdout)
+    assert found["problems"] == []
+    decisions = found["decisions"]
+    humans = [(d["event"], d["actor"]) for d in decisions if "actor" in d]
+    assert humans == [("Resumed", "ann"), ("Resumed", "bob"), ("Rewound", "cy")]
+    assert all(d["waited_seconds"] >= 0 for d in decisions if "actor" in d)
+    gates = [d for d in decisions if d["event"] in ("GateFailed", "GatePassed")]
+    assert [d["exit_code"] for d in gates] == [1, 1, 0]
+    # real unittest runs: their own failure line, hashed
+    assert all("FAILED (failures=1)" in d["error"] for d in gates[:2])
+    assert all(len(d["error_hash"]) == 64 for d in gates[:2])
+
+    text = run("langgraph_audit.py", "--db", str(db), cwd=tmp_path)
+    assert text.returncode == 0
+    assert "3 human answers by ann, bob, cy" in text.stdout
+
+    missing = run("langgraph_audit.py", "--db", str(tmp_path / "none"), cwd=tmp_path)
+    assert missing.returncode == 2
+    assert "no log at" in missing.stderr
