@@ -172,3 +172,24 @@ def test_architecture_diagram_matches_the_import_contract_and_the_code() -> None
     for source, target in arrows:
         assert rank[source] < rank[target], f"{source} --> {target} points outward"
     assert _real_layer_imports() == arrows
+
+
+def test_langgraph_benchmark_prints_both_steps_and_its_verdict(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "langgraph_bench.py"),
+            *("--steps", "3", "--rounds", "1", "--dir", str(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    rows = {line.split(" | ")[0] for line in lines if line.startswith("| ")}
+    assert {"| bare", "| guarded", "| added by devs-recovery"} <= rows
+    verdicts = [line for line in lines if line.startswith("target ")]
+    assert len(verdicts) == 1
+    assert re.search(r"adds -?\d+\.\d% \(-?\d+\.\d\d ms\)", verdicts[0])
+    assert not list(tmp_path.iterdir()), "its files go with it"

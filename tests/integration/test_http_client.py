@@ -1,0 +1,94 @@
+"""HttpRecoveryClient: the service's methods over HTTP, its errors as the
+service's own exceptions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from devs.adapters.client import HttpRecoveryClient, ServiceError, Unauthorized
+from devs.adapters.http import create_app
+from devs.domain import (
+    AlreadyExists,
+    IllegalTransition,
+    InvalidInput,
+    NotFound,
+    RecoveryService,
+)
+
+TOKEN = "s3cret-token-for-tests"
+
+
+@pytest.fixture
+def client(service: RecoveryService) -> Iterator[HttpRecoveryClient]:
+    with TestClient(create_app(service, token=TOKEN)) as http:
+        yield HttpRecoveryClient(http, token=TOKEN)
+
+
+def test_answers_are_the_services_models(
+    client: HttpRecoveryClient, service: RecoveryService
+) -> None:
+    started = client.start_task("t1", agent="coder")
+    assert started == service.task("t1").model_copy(update={})
+    for _ in range(3):
+        decision = client.record_gate("t1", 1, gate="tests", error="assert 1 == 2")
+    assert decision.outcome == "escalate"
+    assert client.position > 0
+    assert client.gate_status("t1").consecutive_failures == 3  # reads its writes
+    assert [s.task_id for s in client.pending_sessions()] == ["t1"]
+    resumed = client.resume("t1", actor="ann", reason="go on")
+    assert resumed.actor == "ann"
+    assert client.lessons("t1") == []
+    client.log_lesson("t1", "regex tokenizer", "too brittle")
+    assert client.is_strategy_blacklisted("t1", "regex tokenizer")
+    assert "regex tokenizer" in client.blacklist_directive("t1")
+    assert [e.event for e in client.history("t1", after=0, limit=2)] == [
+        "Started",
+        "GateFailed",
+    ]
+    assert client.state_at("t1", 1).consecutive_failures == 0
+    assert [e.task_id for e in client.tasks(state="RUNNING")] == ["t1"]
+
+
+def test_errors_are_the_services_exceptions(client: HttpRecoveryClient) -> None:
+    with pytest.raises(NotFound, match="unknown task 'ghost'"):
+        client.task("ghost")
+    client.start_task("t1")
+    with pytest.raises(AlreadyExists):
+        client.start_task("t1")
+    with pytest.raises(InvalidInput) as caught:
+        client.report_entropy("t1", 1.5)
+    assert caught.value.field == "score"
+    with pytest.raises(IllegalTransition):
+        client.resume("t1", actor="ann", reason="nothing to resume")
+    with client.exactly_once("key-1", request=""):
+        client.begin_attempt("t1", "a")
+    with (
+        pytest.raises(InvalidInput) as reused,
+        client.exactly_once("key-1", request=""),
+    ):
+        client.begin_attempt("t1", "b")
+    assert reused.value.field == "idempotency_key"
+
+
+def test_a_missing_token_is_unauthorized(service: RecoveryService) -> None:
+    with TestClient(create_app(service, token=TOKEN)) as http:
+        anonymous = HttpRecoveryClient(http, token="wrong")
+        with pytest.raises(Unauthorized):
+            anonymous.tasks()
+
+
+def test_an_answer_that_is_not_the_services_is_a_service_error() -> None:
+    """A proxy's error page: not one of the service's errors."""
+
+    def proxy(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(502, text="<html>Bad Gateway</html>")
+
+    http = httpx.Client(base_url="http://devs", transport=httpx.MockTransport(proxy))
+    with HttpRecoveryClient(http) as client, pytest.raises(ServiceError) as caught:
+        client.task("t1")
+    assert caught.value.status == 502
+    assert "Bad Gateway" in str(caught.value)
