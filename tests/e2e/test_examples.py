@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,34 @@ def test_the_langgraph_agent_is_suspended_resumed_and_audited(tmp_path: Path) ->
     missing = run("langgraph_audit.py", "--db", str(tmp_path / "none"), cwd=tmp_path)
     assert missing.returncode == 2
     assert "no log at" in missing.stderr
+
+
+def test_the_langgraph_agent_drives_devs_serve(tmp_path: Path) -> None:
+    """The same agent with the referee over HTTP: `devs serve` keeps the
+    log, which the audit then replays."""
+    from tests.e2e.test_serve import TOKEN, Server
+
+    served = tmp_path / "served.sqlite"
+    server = Server(served, "--workers", "2")
+    try:
+        agent = subprocess.run(
+            [
+                sys.executable,
+                str(EXAMPLES / "langgraph_agent.py"),
+                *("--db", str(tmp_path / "checkpoints.sqlite")),
+                *("--url", server.url),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=tmp_path,
+            env={**os.environ, "DEVS_API_TOKEN": TOKEN},
+            check=False,
+        )
+    finally:
+        server.stop()
+    assert agent.returncode == 0, agent.stderr
+    assert "done: complete after 4 turns" in agent.stdout
+    audit = run("langgraph_audit.py", "--db", str(served), cwd=tmp_path)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert "3 human answers by ann, bob, cy" in audit.stdout
