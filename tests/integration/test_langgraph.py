@@ -402,3 +402,31 @@ def test_a_graph_killed_after_a_devs_command_resumes_without_a_duplicate(
     assert counts["AttemptBegan"] == 3, counts
     assert gates(counts) == 3, counts
     assert counts["LessonLogged"] == 2, counts
+
+
+def test_a_gate_run_again_with_another_result_keeps_the_first(
+    service: RecoveryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a crash that lost LangGraph's record of the test run, the tests
+    run again; if they now say otherwise, the first recorded gate stands and
+    the step routes from the task's state."""
+    import devs.adapters.langgraph as adapter
+
+    monkeypatch.setattr(adapter, "_key", lambda op: f"langgraph/fixed/{op}")
+    referee = Referee(service)
+    service.start_task("t1")
+    for _ in range(2):
+        service.record_gate("t1", 1)
+    first = referee._once_or_recorded(
+        "gate.0", lambda: service.record_gate("t1", 1, output="run 1"), ("run 1",)
+    )
+    assert first is not None
+    assert first.outcome == "escalate"
+    again = referee._once_or_recorded(
+        "gate.0", lambda: service.record_gate("t1", 0, output="run 2"), ("run 2",)
+    )
+    assert again is None
+    recorded = referee._recorded_gate("t1")
+    assert recorded.outcome == "escalate"
+    assert recorded.session_id == first.session_id
+    assert gates(events(service, "t1")) == 3
