@@ -21,6 +21,7 @@ compares; here it is not sent).
 from __future__ import annotations
 
 import contextvars
+import functools
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -373,14 +374,10 @@ class HttpRecoveryClient:
         )
 
 
-_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
-
-
+@functools.cache
 def _adapter(kind: Any) -> TypeAdapter[Any]:
-    found = _ADAPTERS.get(kind)
-    if found is None:
-        found = _ADAPTERS[kind] = TypeAdapter(kind)
-    return found
+    """One TypeAdapter per answer type (building one costs more than a query)."""
+    return TypeAdapter(kind)
 
 
 def _segment(value: str) -> str:

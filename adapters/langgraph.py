@@ -63,8 +63,9 @@ from devs.domain import (
     Outcome,
     TaskSummary,
 )
-from devs.domain.chart import TaskState
+from devs.domain.decisions import STATE_OUTCOMES
 from devs.domain.names import HAND_OFF_REQUIRED, SessionReason
+from devs.domain.signals import STOP_REASONS
 
 T = TypeVar("T")
 Route = Literal["proceed", "retry", "advance", "end"]
@@ -550,7 +551,8 @@ class Referee:
     def _recorded_gate(self, task_id: str) -> GateDecision:
         """The gate this step recorded before, as the task's state tells it."""
         summary = self.service.task(task_id)
-        outcome = _OUTCOMES.get(summary.state, Outcome.STAY)
+        # waiting and failed states as the decisions name them; ended: complete
+        outcome = STATE_OUTCOMES.get(summary.state, Outcome.COMPLETE)
         session = summary.pending_session
         return GateDecision(
             task_id=task_id,
@@ -565,31 +567,17 @@ class Referee:
         )
 
 
-_OUTCOMES = {
-    TaskState.ESCALATION: Outcome.ESCALATE,
-    TaskState.PAUSED: Outcome.PAUSE,
-    TaskState.HAND_OFF: Outcome.HAND_OFF,
-    TaskState.COMPLETED: Outcome.COMPLETE,
-    TaskState.SKIPPED: Outcome.COMPLETE,
-}
-
-
 def _gate_run(
     command: list[str], workdir: str | None, timeout: float, isolation: Isolation
 ) -> dict[str, Any]:
     """The test command's run: a LangGraph task, whose result LangGraph keeps
     with the checkpoint, so a resumed gate does not run it again."""
     result = run_gate(command, cwd=workdir, timeout=timeout, isolation=isolation)
-    last_line = next(
-        (line.strip() for line in reversed(result.output.splitlines()) if line),
-        "",
-    )
-    error = f"{result.error}: {last_line}" if last_line else result.error
     return {
         "exit_code": result.exit_code,
         "output": result.output,
         "output_hash": result.output_hash,
-        "error": error,
+        "error": result.error_line,
         "isolation": result.isolation,
     }
 
@@ -645,11 +633,10 @@ def _text(state: Mapping[str, Any], key: str) -> str:
 
 
 def _reason(outcome: Outcome | None) -> str:
-    if outcome == Outcome.ESCALATE:
-        return SessionReason.MAX_RETRIES.value
-    if outcome == Outcome.HAND_OFF:
-        return HAND_OFF_REQUIRED
-    return SessionReason.BLACKLISTED_STRATEGY.value
+    """Why a stopped decision asks a human (a blocked attempt that did not
+    escalate or hand off paused the task: ``blacklisted_strategy``)."""
+    reason = STOP_REASONS.get(outcome) if outcome else None
+    return str(reason or SessionReason.BLACKLISTED_STRATEGY)
 
 
 __all__ = [

@@ -121,6 +121,20 @@ class GateRun:
             return f"killed by {self.signal_name}"
         return f"exited with code {self.exit_code}"
 
+    @property
+    def error_line(self) -> str:
+        """``error`` and the output's last non-blank line: what a gate
+        records as its error message."""
+        last = next(
+            (
+                line.strip()
+                for line in reversed(self.output.splitlines())
+                if line.strip()
+            ),
+            "",
+        )
+        return f"{self.error}: {last}" if last else self.error
+
 
 class _TailBuffer:
     """Keeps the last ``cap`` bytes written to it and counts the rest."""

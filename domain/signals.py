@@ -10,7 +10,7 @@ from devs.domain.decisions import (
 )
 from devs.domain.names import HAND_OFF_REQUIRED, SessionReason
 
-_STOP_REASONS = {
+STOP_REASONS: dict[Outcome, str] = {
     Outcome.PAUSE: SessionReason.BLACKLISTED_STRATEGY,
     Outcome.ESCALATE: SessionReason.MAX_RETRIES,
     Outcome.HAND_OFF: HAND_OFF_REQUIRED,
@@ -42,6 +42,6 @@ def suspend_if_stopped(
                 decision.task_id, decision.session_id, SessionReason.ENTROPY_LIMIT
             )
         return
-    reason = _STOP_REASONS.get(decision.outcome) if decision.outcome else None
+    reason = STOP_REASONS.get(decision.outcome) if decision.outcome else None
     if reason is not None:
         raise GraphSuspended(decision.task_id, decision.session_id, reason)

@@ -371,16 +371,12 @@ def gate_run(
     if result.fallback is not None:
         click.echo(f"devs: warning: {result.fallback}", err=True)
     shown = redact(shlex.join(command))
-    last_line = next(
-        (line.strip() for line in reversed(result.output.splitlines()) if line.strip()),
-        "",
-    )
     decision = ctx.app.record_gate(
         task_id,
         result.exit_code,
         gate=gate_name,
         strategy=strategy,
-        error=f"{result.error}: {last_line}" if last_line else result.error,
+        error=result.error_line,
         output=result.output,
     )
     if as_json:
