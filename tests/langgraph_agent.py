@@ -100,14 +100,13 @@ def lesson_of(state: Mapping[str, Any], _: object) -> tuple[str, str]:
 
 
 def referee_for(service: Any, repo: Path, **options: Any) -> Referee:
-    return Referee(
-        service,
-        entropy_of=entropy_of,
-        test_command=TEST_COMMAND,
-        workdir=repo,
-        lesson_of=lesson_of,
-        **options,
-    )
+    chosen: dict[str, Any] = {
+        "entropy_of": entropy_of,
+        "test_command": TEST_COMMAND,
+        "workdir": repo,
+        "lesson_of": lesson_of,
+    }
+    return Referee(service, **{**chosen, **options})
 
 
 def build(

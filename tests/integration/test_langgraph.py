@@ -430,3 +430,26 @@ def test_a_gate_run_again_with_another_result_keeps_the_first(
     assert recorded.outcome == "escalate"
     assert recorded.session_id == first.session_id
     assert gates(events(service, "t1")) == 3
+
+
+def test_a_secret_in_the_test_output_reaches_neither_log(
+    tmp_path: Path, service: RecoveryService
+) -> None:
+    """The gate runner redacts the output before anything sees it: LangGraph's
+    checkpoint (the test run's task result), the suspension payload and the
+    devs-recovery log never hold the secret."""
+    secret = "sk-live-" + "abcdefghij" + "klmnop1234"
+    repo = make_repo(tmp_path / "repo")
+    model = ScriptedModel(repo, {})
+    service.start_task("t1")
+    command = [sys.executable, "-c", f"print('api_key={secret}'); raise SystemExit(1)"]
+    referee = referee_for(service, repo, test_command=command)
+    with saver(tmp_path / "graph.sqlite") as checkpointer:
+        graph = build(referee, model, list(IDEAS), checkpointer)
+        payload = interrupt_of(graph.invoke({"task_id": "t1"}, config("a")))
+    assert payload["reason"] == "max_retries"
+    assert "api_key=" in payload["output_tail"]
+    assert secret not in str(payload)
+    for path in tmp_path.glob("*.sqlite*"):
+        assert secret.encode() not in path.read_bytes(), path
+    assert secret not in str(service.history("t1"))
