@@ -25,6 +25,7 @@ import functools
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import quote
 
@@ -46,6 +47,7 @@ from devs.domain import (
     IllegalTransition,
     InvalidInput,
     Lesson,
+    Metrics,
     NotFound,
     Notification,
     PendingSession,
@@ -54,6 +56,7 @@ from devs.domain import (
     TaskIndexEntry,
     TaskSummary,
 )
+from devs.domain.audit import TaskAudit
 from devs.domain.commands import Written
 
 TOKEN_ENV = "DEVS_API_TOKEN"
@@ -328,6 +331,10 @@ class HttpRecoveryClient:
         path = self._task(task_id) + "/history"
         return self._query(path, _adapter(list[HistoryEntry]), params=params)  # type: ignore[no-any-return]
 
+    def audit(self, task_id: str) -> TaskAudit:
+        path = self._task(task_id) + "/audit"
+        return self._query(path, _adapter(TaskAudit))  # type: ignore[no-any-return]
+
     def tasks(
         self, *, state: str | None = None, run_id: str | None = None
     ) -> list[TaskIndexEntry]:
@@ -366,6 +373,24 @@ class HttpRecoveryClient:
     def run_state(self, run_id: str) -> RunState:
         path = "/runs/" + _segment(run_id)
         return self._query(path, _adapter(RunState))  # type: ignore[no-any-return]
+
+    def metrics(
+        self, *, run_id: str | None = None, since: datetime | None = None
+    ) -> Metrics:
+        """``since`` must carry a timezone (as the service asks): a naive one
+        is ``InvalidInput`` here, before anything is sent."""
+        params: dict[str, Any] = {}
+        if run_id is not None:
+            params["run_id"] = run_id
+        if since is not None:
+            if not isinstance(since, datetime) or since.utcoffset() is None:
+                msg = (
+                    "since must be a datetime with a timezone, got "
+                    f"{type(since).__name__} {since!r:.60}"
+                )
+                raise InvalidInput(msg, field="since")
+            params["since"] = since.isoformat()
+        return self._query("/metrics/json", _adapter(Metrics), params=params)  # type: ignore[no-any-return]
 
     def notifications(self, *, after: int = 0, limit: int = 100) -> list[Notification]:
         params = {"after": after, "limit": limit}

@@ -38,6 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from devs.adapters.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
+from devs.adapters.prometheus import exposition
 from devs.domain import (
     ActionResult,
     AlreadyExists,
@@ -53,6 +55,7 @@ from devs.domain import (
     IllegalTransition,
     InvalidInput,
     Lesson,
+    Metrics,
     NotFound,
     Notification,
     PendingSession,
@@ -63,8 +66,10 @@ from devs.domain import (
     TaskSummary,
 )
 from devs.domain.application import DB_ENV, DEFAULT_DB
+from devs.domain.audit import TaskAudit
 from devs.domain.database import DEFAULT_READ_WAIT, READ_WAIT_ENV, read_wait
 from devs.domain.redaction import redact
+from devs.domain.values import parse_time
 
 TOKEN_ENV = "DEVS_API_TOKEN"
 STREAM_POLL = 0.25  # seconds between looks at the log for new notifications
@@ -78,6 +83,16 @@ AfterQuery = Annotated[
 ]
 AfterHeaderValue = Annotated[
     str | None, Header(alias=AFTER_HEADER, description="as ?after=")
+]
+RunQuery = Annotated[str | None, Query(description="only the tasks of this run")]
+SinceQuery = Annotated[
+    str | None,
+    Query(
+        description=(
+            "only tasks started at or after this ISO 8601 time, with a "
+            "timezone (2024-05-01T09:30:00Z)"
+        )
+    ),
 ]
 KeyHeader = Annotated[
     str | None,
@@ -612,6 +627,12 @@ def create_app(
         """The task as it was right after event number ``version``."""
         return svc().state_at(task_id, version)
 
+    @app.get("/tasks/{task_id}/audit", tags=["tasks"])
+    def audit(task_id: str) -> TaskAudit:
+        """The replayed history, each event with its actor and its link in the
+        task's hash chain, and the chain's state (intact, unchained, broken)."""
+        return svc().audit(task_id)
+
     @app.get("/tasks/{task_id}/blacklist", tags=["tasks"])
     def blacklist(
         task_id: str,
@@ -643,6 +664,44 @@ def create_app(
     ) -> list[HandoffEntry]:
         caught_up(after, x_after)
         return svc().handoff_queue()
+
+    def figures(run_id: str | None, since: str | None) -> Metrics:
+        moment = None if since is None else parse_time(since, "since")
+        return svc().metrics(run_id=run_id, since=moment)
+
+    @app.get(
+        "/metrics",
+        tags=["metrics"],
+        response_class=Response,
+        responses={
+            200: {
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+                "description": "the metrics in Prometheus' text format",
+            }
+        },
+    )
+    def prometheus_metrics(
+        run_id: RunQuery = None,
+        since: SinceQuery = None,
+        after: AfterQuery = None,
+        x_after: AfterHeaderValue = None,
+    ) -> Response:
+        """``metrics()`` in Prometheus' text exposition format (``devs_…``)."""
+        caught_up(after, x_after)
+        return Response(
+            exposition(figures(run_id, since)), media_type=PROMETHEUS_CONTENT_TYPE
+        )
+
+    @app.get("/metrics/json", tags=["metrics"])
+    def metrics_json(
+        run_id: RunQuery = None,
+        since: SinceQuery = None,
+        after: AfterQuery = None,
+        x_after: AfterHeaderValue = None,
+    ) -> Metrics:
+        """``metrics()`` as JSON."""
+        caught_up(after, x_after)
+        return figures(run_id, since)
 
     @app.get("/notifications", tags=["notifications"])
     def notifications(

@@ -16,6 +16,7 @@ from devs.domain import (
     HistoryEntry,
     Outcome,
 )
+from devs.domain.stuck import StuckAssessment
 from devs.domain.task import FailureAnalysisReport, HandoffPayload
 
 ESCALATION_HEADER = "⚠ ENTROPY PAUSE — Max retry threshold reached"
@@ -29,6 +30,16 @@ def one_line(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def stuck_text(stuck: StuckAssessment) -> str:
+    """``1.00 (same strategy 3 times; same error hash 3 times)``."""
+    return f"{stuck.score:.2f} ({stuck.summary})"
+
+
+def stuck_lines(stuck: StuckAssessment | None) -> list[str]:
+    """The ``Stuck:`` line of a block, if a stuck score was derived."""
+    return [] if stuck is None else [f"Stuck: {stuck_text(stuck)}"]
+
+
 def escalation_block(report: FailureAnalysisReport) -> str:
     strategies = [f"  - {one_line(s, 200)}" for s in report.failed_strategies]
     return "\n".join(
@@ -39,6 +50,7 @@ def escalation_block(report: FailureAnalysisReport) -> str:
             "Failed strategies:",
             *(strategies or ["  (none recorded)"]),
             f"Last error: {one_line(report.last_error) or '(none)'}",
+            *stuck_lines(report.stuck),
             f"Run `devs rewind {report.task_id}` to revert or `devs skip` to skip "
             "this task.",
         ]
@@ -84,6 +96,7 @@ def handoff_block(payload: HandoffPayload) -> str:
             f"Failures: {payload.failure_count}",
             f"Last error: {one_line(payload.last_error_excerpt) or '(none)'}",
             f"Last error hash: {payload.last_error_hash}",
+            *stuck_lines(payload.stuck),
             f"Agent: {payload.originating_agent or '(unknown)'}; "
             f"last commit: {payload.last_commit or '(unknown)'}",
             f"Run `devs claim {payload.task_id}`, then `devs resolve "
@@ -115,10 +128,13 @@ def gate_line(decision: GateDecision) -> str:
         if decision.exit_code is not None
         else "process killed"
     )
-    return (
+    line = (
         f"{decision.task_id}: {name} failed ({decision.reason}, {what}); "
         f"{decision.consecutive_failures} consecutive failures; {decision.outcome}"
     )
+    if decision.stuck is not None and decision.stuck.signals:
+        line += f"; stuck {stuck_text(decision.stuck)}"
+    return line
 
 
 def handoff_summary(entry: HandoffEntry) -> str:
@@ -164,7 +180,10 @@ def _flatten(changes: dict[str, Any]) -> dict[str, Any]:
 
 def history_line(entry: HistoryEntry) -> str:
     """One event of a task's history: when, what, what changed, the state after."""
-    flat = _flatten(entry.changes)
+    changes = dict(entry.changes)
+    stuck = changes.pop("stuck", None)
+    changes.pop("chain_prev", None)
+    flat = _flatten(changes)
     parts = []
     for name in _HISTORY_FIELDS:
         value = flat.get(name)
@@ -174,6 +193,8 @@ def history_line(entry: HistoryEntry) -> str:
         if name.endswith("hash") and len(text) > 12:
             text = text[:12] + "…"
         parts.append(f"{name}={one_line(text, 60)}")
+    if isinstance(stuck, dict):
+        parts.append(f"stuck={stuck_text(StuckAssessment.model_validate(stuck))}")
     return (
         f"v{entry.version:<4} {entry.timestamp:%Y-%m-%d %H:%M:%S}  {entry.event:<30} "
         f"-> {entry.state:<11} failures={entry.consecutive_failures}  "

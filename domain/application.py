@@ -26,6 +26,7 @@ from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import EnvType, get_topic, resolve_topic
 
 from devs.domain import blacklist, journal
+from devs.domain.audit import Audits, ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.chart import WAITING, Trigger, destination
 from devs.domain.commands import RECEIPT, WRITTEN, TaskCommands, Written, store_errors
 from devs.domain.database import (
@@ -63,6 +64,7 @@ from devs.domain.ports import (
     GateStatus,
     HandoffEntry,
     Lesson,
+    Metrics,
     PendingSession,
     ReadModels,
     RunState,
@@ -75,6 +77,7 @@ from devs.domain.task import HumanSession, Task
 from devs.domain.values import (
     Actor,
     AgentName,
+    AwareTime,
     CommitId,
     Dag,
     EntropyScore,
@@ -116,7 +119,7 @@ def api(func: Callable[P, R]) -> Callable[P, R]:
     return store_errors(validated(func))
 
 
-class RecoveryService(TaskCommands):
+class RecoveryService(TaskCommands, Audits):
     """Referee for agent tasks: attempts, gates, entropy, lessons, humans."""
 
     name = "RecoveryService"
@@ -527,6 +530,23 @@ class RecoveryService(TaskCommands):
         return found
 
     @api
+    def metrics(
+        self, *, run_id: RunId | None = None, since: AwareTime | None = None
+    ) -> Metrics:
+        """How the tasks went: states, loop rate, failures before the first
+        human, time to a human, hand-offs, blocked attempts, the strategies
+        that failed most (docs/audit.md#metrics).
+
+        ``run_id``: only that run's tasks (an unknown run is ``UnknownRun``);
+        ``since``: only tasks started at or after it (a ``datetime`` with a
+        timezone; a naive one is ``InvalidInput``).
+        """
+        self.read_models.catch_up()
+        if run_id is not None and self.read_models.run_state(run_id) is None:
+            raise UnknownRun(run_id)
+        return self.read_models.metrics(run_id=run_id, since=since)
+
+    @api
     def notifications(
         self, *, after: Position = 0, limit: Limit = 100
     ) -> list[Notification]:
@@ -553,13 +573,62 @@ class RecoveryService(TaskCommands):
         self, progress: Callable[[int, int], None] | None = None
     ) -> Verification:
         """Check the store: refold every read model from the log and compare it
-        with the stored one, and find every event that cannot be decoded.
+        with the stored one, find every event that cannot be decoded, and check
+        every task's hash chain (:mod:`devs.domain.chain`).
 
         Writes nothing. ``ok`` is true when ``problems`` (one line each: a read
         model that differs, a missing table, an undecodable event by its log
-        position) is empty; ``rebuild_projections()`` repairs the read models.
+        position, a broken chain by task and version) is empty;
+        ``rebuild_projections()`` repairs the read models, never a chain.
         """
-        return self.read_models.verify(progress)
+        report = self.read_models.verify(progress)
+        chains = self._check_chains(progress)
+        broken = [status.problem or "" for status in chains if status.state == "broken"]
+        counts = {"intact": 0, "unchained": 0, "broken": 0}
+        for status in chains:
+            counts[status.state] += 1
+        problems = [*report.problems, *broken]
+        return report.model_copy(
+            update={"ok": not problems, "problems": problems, "chains": counts}
+        )
+
+    @api
+    def what_if(
+        self,
+        policy: Policy,
+        *,
+        task_ids: list[TaskId] | None = None,
+        run_id: RunId | None = None,
+    ) -> WhatIfReport:
+        """Re-decide recorded histories under ``policy`` (all tasks, the named
+        ones, or a run's) and say where the ladder would have gone otherwise.
+
+        Writes nothing; linear in the events read (:mod:`devs.domain.replay`).
+        """
+        return self._what_if(policy, task_ids, run_id)
+
+    @api
+    def replay_check(
+        self, *, task_ids: list[TaskId] | None = None
+    ) -> ReplayCheckReport:
+        """Re-decide every recorded history (or the named ones) with today's
+        code under the policy each recorded; report every input whose
+        decisions differ from the recorded ones. Writes nothing."""
+        return self._replay_check(task_ids)
+
+    @api
+    def audit(self, task_id: TaskId) -> TaskAudit:
+        """The task's replayed history, each event with its actor and its
+        link in the hash chain, and the chain's state."""
+        return self._audit(task_id)
+
+    @api
+    def export(self, task_ids: list[TaskId] | None = None) -> Iterator[dict[str, Any]]:
+        """A self-contained audit record, one JSON-ready line at a time: a
+        header (format, every task's event count and chain head), then every
+        event of the tasks (default: all) as stored, with its hash and actor.
+        ``devs verify-export`` checks such a file without a database."""
+        return self._export(task_ids)
 
     @store_errors
     def catch_up(self) -> int:

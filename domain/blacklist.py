@@ -48,6 +48,12 @@ def find_match(candidate: str, strategies: Sequence[str]) -> str | None:
     return None if best is None else str(best[0])
 
 
+def similar(candidate: str, other: str) -> bool:
+    """Whether ``candidate`` is within :func:`max_distance` of ``other``."""
+    limit = max_distance(candidate)
+    return bool(Levenshtein.distance(candidate, other, score_cutoff=limit) <= limit)
+
+
 def sanitise(strategy: str, limit: int = DIRECTIVE_ITEM_LIMIT) -> str:
     """A strategy made safe to quote inside a system prompt.
 

@@ -15,6 +15,7 @@ from devs.domain.names import HumanAction, NotificationKind, Resolution
 from devs.domain.policy import Policy
 from devs.domain.ports import RunState
 from devs.domain.run import NodeOutcome, Run, RunStatus
+from devs.domain.stuck import StuckAssessment
 from devs.domain.task import (
     FailureAnalysisReport,
     FailureRecord,
@@ -54,6 +55,8 @@ class TaskSummary(Immutable):
     version: int
     created_on: datetime
     modified_on: datetime
+    stuck: StuckAssessment | None = None
+    """The stuck score of the last failure since the last pass."""
 
 
 class AttemptDecision(Immutable):
@@ -67,6 +70,8 @@ class AttemptDecision(Immutable):
     outcome: Outcome | None = None
     session_id: str | None = None
     report: FailureAnalysisReport | None = None
+    stuck: StuckAssessment | None = None
+    """A blocked attempt's stuck score."""
 
 
 class GateDecision(Immutable):
@@ -82,6 +87,8 @@ class GateDecision(Immutable):
     session_id: str | None = None
     report: FailureAnalysisReport | None = None
     error_hash: str | None = None
+    stuck: StuckAssessment | None = None
+    """A failed gate's stuck score."""
 
 
 class EntropyDecision(Immutable):
@@ -155,6 +162,7 @@ def attempt_decision(task: Task, matched: str | None) -> AttemptDecision:
         outcome=STATE_OUTCOMES[task.state] if stopped else None,
         session_id=task.pending_session_id,
         report=task.report() if task.state is TaskState.ESCALATION else None,
+        stuck=task.stuck if stopped else None,
     )
 
 
@@ -181,6 +189,7 @@ def gate_decision(
             "session_id": task.pending_session_id,
             "report": task.report() if outcome is Outcome.ESCALATE else None,
             "error_hash": last_failure.error_hash if last_failure else None,
+            "stuck": task.stuck if last_failure else None,
         }
     )
 
@@ -230,6 +239,7 @@ def task_summary(task: Task) -> TaskSummary:
         version=task.version,
         created_on=task.created_on,
         modified_on=task.modified_on,
+        stuck=task.stuck,
     )
 
 

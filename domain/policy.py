@@ -22,6 +22,7 @@ import logging
 import os
 from collections.abc import Mapping
 from contextvars import ContextVar
+from enum import StrEnum
 from typing import Any, Self
 
 from pydantic import (
@@ -44,6 +45,14 @@ from devs.domain.model import Value
 logger = logging.getLogger("devs.policy")
 
 ENV_PREFIX = "DEVS_"
+
+
+class StuckDetection(StrEnum):
+    """What the derived stuck score does (``DEVS_STUCK_DETECTION``)."""
+
+    OBSERVE = "observe"  # recorded and shown; the ladder decides as without it
+    GATE = "gate"  # a score at or above the entropy threshold pauses the task
+    OFF = "off"  # not computed, not recorded
 
 
 class Thresholds(BaseModel):
@@ -73,6 +82,14 @@ class Thresholds(BaseModel):
         ge=1,
         le=200,
         description="Most recent failures kept in the task and its hand-off payload.",
+    )
+    stuck_detection: StuckDetection = Field(
+        default=StuckDetection.OBSERVE,
+        description=(
+            "What the stuck score derived from the task's recent failures does: "
+            "observe (recorded and shown), gate (a score at or above the entropy "
+            "threshold pauses the task), off."
+        ),
     )
 
 

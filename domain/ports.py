@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from devs.domain.chart import TaskState
 from devs.domain.gate import GateFailureReason
@@ -26,6 +26,8 @@ class TaskIndexEntry(Immutable):
     state: TaskState
     consecutive_failures: int
     updated_at: datetime
+    stuck_score: float | None = None
+    """The stuck score of the last failure since the last pass."""
 
 
 class GateStatus(Immutable):
@@ -98,6 +100,72 @@ class RunState(Immutable):
     updated_at: datetime
 
 
+HandoffEnd = Literal["return", "complete", "skip", "open"]
+"""How a hand-off ended (a resolution; a rewind counts as ``return``, a skip as
+``skip``), or ``open`` while it has not."""
+
+
+class Distribution(Immutable):
+    """Some values (one per task, or per wait): how many, their sum and mean,
+    and their 50th and 90th percentiles by the nearest-rank rule (the value
+    at rank ceil(p / 100 * count) in ascending order, 1-based, so always one of
+    the values). ``None`` when there are none."""
+
+    count: int
+    total: float
+    mean: float | None
+    p50: float | None
+    p90: float | None
+
+
+class WaitTimes(Distribution):
+    """Seconds from a task's stop for a human to the human's first answer;
+    ``count`` waits were answered, ``open`` still wait."""
+
+    open: int
+
+
+class StrategyFailures(Immutable):
+    strategy: str
+    failures: int
+
+
+class Metrics(Immutable):
+    """How tasks went, over every task, or those of ``run_id``, or those started
+    at or after ``since`` (both: both). docs/audit.md#metrics says each figure.
+    """
+
+    run_id: str | None
+    since: datetime | None
+    tasks: int
+    tasks_by_state: dict[TaskState, int]
+    """Every state, zeros included."""
+    loop_rate: float
+    """The share of tasks that ever escalated or paused (0.0 without tasks)."""
+    failures_before_first_human: Distribution
+    """Per task that stopped for a human: the failures (failed gates and
+    blocked attempts) before its first escalation, pause or hand-off."""
+    time_to_human: WaitTimes
+    """Per stop for a human (escalation, pause, hand-off): the seconds until
+    a human answered it (resume, rewind, skip; a claim for a hand-off)."""
+    handoffs_by_resolution: dict[HandoffEnd, int]
+    blocked_attempts: int
+    """Attempts refused because they repeated a failed strategy."""
+    top_failed_strategies: tuple[StrategyFailures, ...]
+    """The (at most 10) strategies with the most failures, most first, ties
+    by text."""
+    stuck_tasks: int = 0
+    """Tasks whose stuck score (docs/audit.md#stuck-detection) ever reached
+    0.75."""
+    stuck_score: Distribution = Distribution(
+        count=0, total=0.0, mean=None, p50=None, p90=None
+    )
+    """Per task with a stuck score: the highest it reached."""
+    stuck_signals: dict[str, int] = {}
+    """Per signal kind (``strategy_repeat``, ``alternation``, …): the tasks
+    whose highest stuck score it drove."""
+
+
 class Verification(Immutable):
     """What ``RecoveryService.verify()`` found: ``ok`` when ``problems`` is empty.
 
@@ -115,6 +183,9 @@ class Verification(Immutable):
     positions: dict[str, int]
     """How far each stored read model had read the log: each is compared with a
     fold of the log up to its own position (the next query reads the rest)."""
+    chains: dict[str, int] = {}
+    """Tasks by the state of their hash chain: ``intact``, ``unchained``
+    (written before the chain existed), ``broken`` (each one a problem)."""
 
 
 # ---------------------------------------------------------------- the ports
@@ -128,6 +199,12 @@ class TaskIndex(Protocol):
         self, *, state: str | None = None, run_id: str | None = None
     ) -> list[TaskIndexEntry]:
         """Tasks of one state and/or one run, in the order they were started."""
+
+    def chain_heads(
+        self, task_id: str | None = None
+    ) -> list[tuple[str, int, str | None]]:
+        """Each task's (id, last version, hash of that event), as folded: the
+        anchor a hash chain's last event is checked against."""
 
 
 class GateStatuses(Protocol):
@@ -163,6 +240,13 @@ class RunStates(Protocol):
         """The run's status and its nodes."""
 
 
+class TaskMetrics(Protocol):
+    def metrics(
+        self, *, run_id: str | None = None, since: datetime | None = None
+    ) -> Metrics:
+        """How the tasks (of one run, started at or after ``since``) went."""
+
+
 class ReadModels(
     TaskIndex,
     GateStatuses,
@@ -171,6 +255,7 @@ class ReadModels(
     HandoffQueue,
     FailureReports,
     RunStates,
+    TaskMetrics,
     Protocol,
 ):
     """Every read model of the application, and how they are kept current."""

@@ -14,8 +14,8 @@ from uuid import uuid4
 from eventsourcing.domain import datetime_now_with_tzinfo, event
 from eventsourcing.utils import register_topic
 
-from devs.domain import blacklist
-from devs.domain.chart import TaskState, Trigger, destination
+from devs.domain import blacklist, chain
+from devs.domain.chart import WORKING, TaskState, Trigger, destination
 from devs.domain.errors import IllegalTransition, InvalidInput
 from devs.domain.gate import GateResult
 from devs.domain.model import (
@@ -26,8 +26,10 @@ from devs.domain.model import (
     Value,
 )
 from devs.domain.names import Resolution, SessionReason
-from devs.domain.policy import Policy
+from devs.domain.policy import Policy, StuckDetection
 from devs.domain.redaction import error_hash, excerpt, redact
+from devs.domain.stuck import WINDOW as STUCK_WINDOW
+from devs.domain.stuck import Attempted, StuckAssessment, assess, failing_tests
 
 MAX_LESSONS_PER_TASK = 1_000
 ERROR_MESSAGE_LIMIT = 2_000
@@ -47,6 +49,13 @@ class FailureRecord(Value):
     output_excerpt: str = ""
     error_hash: str
     at: datetime
+    failing_tests: int | None = None
+    """How many tests the output says failed (stuck detection reads it)."""
+
+
+EntropySource = Literal["reported", "derived"]
+"""Who gave an entropy score: the orchestrator (``report_entropy``), or the
+referee's stuck detection in ``gate`` mode."""
 
 
 class HumanSession(Value):
@@ -56,6 +65,7 @@ class HumanSession(Value):
     reason: SessionReason
     opened_at: datetime
     entropy_score: float | None = None
+    entropy_source: EntropySource | None = None
 
 
 class FailureAnalysisReport(Value):
@@ -66,6 +76,7 @@ class FailureAnalysisReport(Value):
     failed_strategies: tuple[str, ...]
     last_error: str
     last_error_hash: str | None = None
+    stuck: StuckAssessment | None = None
 
 
 class HandoffPayload(Value):
@@ -79,6 +90,7 @@ class HandoffPayload(Value):
     originating_agent: str | None
     last_commit: str | None
     enqueued_at: datetime
+    stuck: StuckAssessment | None = None
 
 
 class TaskSnapshotState(SnapshotState):
@@ -96,6 +108,7 @@ class TaskSnapshotState(SnapshotState):
     pending_session: HumanSession | None
     handoff: HandoffPayload | None
     claimed_by: str | None
+    stuck: StuckAssessment | None = None
 
 
 class TaskEvent(Aggregate.Event):
@@ -106,6 +119,9 @@ class TaskEvent(Aggregate.Event):
     """
 
     trigger: ClassVar[Trigger]
+    chain_prev: str | None = None
+    """The SHA-256 of the task's previous event (:mod:`devs.domain.chain`);
+    ``None`` in a task written before the chain existed."""
 
     def state_after(self, state: str) -> TaskState:
         """The task's state after this event, from ``state`` before it."""
@@ -113,16 +129,31 @@ class TaskEvent(Aggregate.Event):
 
     def apply(self, aggregate: Any) -> None:
         aggregate.state = self.state_after(aggregate.state)
+        aggregate._chain_event = self
 
 
 class Task(Aggregate):
     """An agent's task as the referee sees it."""
 
     TOPIC: ClassVar[str] = "devs:Task"
+    DERIVED: ClassVar[tuple[str, ...]] = ("_chain_event",)
+    _chained: bool
+    """Whether the task's events carry links (tasks started before the
+    chain existed do not)."""
+    _chain_head: str | None
+    """The hash of the last event, once computed."""
+    _chain_event: Any
+    """The last event, until its hash is computed."""
 
     class Snapshot(AggregateSnapshot):
         TOPIC: ClassVar[str] = "devs:Task.Snapshot"
         state: TaskSnapshotState
+
+        @classmethod
+        def take(cls, aggregate: Any) -> Task.Snapshot:
+            aggregate.chain_head()  # the snapshot keeps the head, not the event
+            snapshot: Task.Snapshot = super().take(aggregate)
+            return snapshot
 
     class Started(AggregateCreated):
         TOPIC: ClassVar[str] = "devs:Task.Started"
@@ -131,10 +162,17 @@ class Task(Aggregate):
         agent: str | None
         last_commit: str | None
         policy: Policy
+        chain_prev: str | None = None
+        """The task's id (``task:<id>``): the chain's first link."""
 
         def state_after(self, state: str) -> TaskState:
             """Every task starts RUNNING."""
             return TaskState.RUNNING
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate._chained = self.chain_prev is not None
+            aggregate._chain_head = None
+            aggregate._chain_event = self
 
     class AttemptBegan(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.AttemptBegan"
@@ -149,6 +187,7 @@ class Task(Aggregate):
         failure: FailureRecord
         matched_strategy: str
         consecutive_failures: int
+        stuck: StuckAssessment | None = None
 
     class GatePassed(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.GatePassed"
@@ -163,6 +202,7 @@ class Task(Aggregate):
         trigger = Trigger.FAIL_GATE
         failure: FailureRecord
         consecutive_failures: int
+        stuck: StuckAssessment | None = None
 
     class Escalated(TaskEvent):
         """``ESCALATION_TRIGGERED``: a human is asked (``USER_ESCALATION``)."""
@@ -236,6 +276,51 @@ class Task(Aggregate):
     def create_id(task_id: str) -> str:
         return f"task:{task_id}"
 
+    @classmethod
+    def _create(
+        cls, event_class: type[Any], *, id: str | None = None, **kwargs: Any
+    ) -> Task:
+        """The ``Started`` event opens the hash chain with the task's id."""
+        kwargs.setdefault("chain_prev", cls.create_id(kwargs["task_id"]))
+        task: Task = super()._create(event_class, id=id, **kwargs)
+        return task
+
+    def trigger_event(self, event_class: type[Any], **kwargs: Any) -> None:
+        """Every event after ``Started`` links to the one before it."""
+        kwargs["chain_prev"] = self.chain_head()
+        super().trigger_event(event_class, **kwargs)
+
+    def chain_head(self) -> str | None:
+        """The SHA-256 of the task's last event (``None``: an unchained task).
+
+        Computed when first asked (the next event needs it), not on replay.
+        """
+        if not self._chained:
+            return None
+        if self._chain_event is not None:
+            self._chain_head = chain.event_hash(self._chain_event)
+            self._chain_event = None
+        return self._chain_head
+
+    def derive(self) -> None:
+        """After a snapshot: the chain head it kept (none in an old one)."""
+        self._chain_event = None
+        self.__dict__.setdefault("_chain_head", None)
+        self.__dict__.setdefault("_chained", self._chain_head is not None)
+        self.__dict__.setdefault("stuck", None)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal state and chain head (however far each has computed it)."""
+        if type(self) is not type(other):
+            return False
+        assert isinstance(other, Task)
+        skip = ("_chain_event", "_chain_head")
+        mine = {k: v for k, v in self.__dict__.items() if k not in skip}
+        theirs = {k: v for k, v in other.__dict__.items() if k not in skip}
+        return mine == theirs and self.chain_head() == other.chain_head()
+
+    __hash__ = None  # type: ignore[assignment]
+
     @event(Started)
     def __init__(
         self,
@@ -259,6 +344,7 @@ class Task(Aggregate):
         self.pending_session: HumanSession | None = None
         self.handoff: HandoffPayload | None = None
         self.claimed_by: str | None = None
+        self.stuck: StuckAssessment | None = None
 
     # ----------------------------------------------------------------- derived
 
@@ -283,6 +369,7 @@ class Task(Aggregate):
             failed_strategies=self.failed_strategies,
             last_error=(last.error_message or last.output_excerpt) if last else "",
             last_error_hash=last.error_hash if last else None,
+            stuck=self.stuck,
         )
 
     def blacklist_match(self, candidate: str) -> str | None:
@@ -314,6 +401,7 @@ class Task(Aggregate):
             failure=failure,
             matched_strategy=matched,
             consecutive_failures=self.consecutive_failures + 1,
+            stuck=self._assess(failure),
         )
         self._climb_ladder(blocked=True)
         return matched
@@ -354,14 +442,43 @@ class Task(Aggregate):
                 "output_excerpt": excerpt(clean_output, OUTPUT_EXCERPT_LIMIT),
                 "error_hash": error_hash(clean_output or clean_error),
                 "at": datetime_now_with_tzinfo(),
+                "failing_tests": failing_tests(clean_output[-OUTPUT_EXCERPT_LIMIT:])
+                if clean_output
+                else None,
             }
         )
+        self.fail(failure)
+
+    def fail(self, failure: FailureRecord) -> None:
+        """Record a failed gate (already judged and redacted) and climb the ladder.
+
+        ``record_gate`` builds the record; a replay (:mod:`devs.domain.replay`)
+        hands in the one it read, so it decides on the very same failure.
+        """
+        destination(Trigger.FAIL_GATE, self.state)
         self.trigger_event(
             Task.GateFailed,
             failure=failure,
             consecutive_failures=self.consecutive_failures + 1,
+            stuck=self._assess(failure),
         )
         self._climb_ladder(blocked=False)
+
+    def _assess(self, failure: FailureRecord) -> StuckAssessment | None:
+        """The stuck score with ``failure`` as the newest (``None`` when off)."""
+        if self.policy.stuck_detection is StuckDetection.OFF:
+            return None
+        recent = [*self.failures[-(STUCK_WINDOW - 1) :], failure]
+        return assess(
+            [
+                Attempted(
+                    strategy=f.strategy,
+                    error_hash=f.error_hash,
+                    failing=f.failing_tests,
+                )
+                for f in recent
+            ]
+        )
 
     def _climb_ladder(self, *, blocked: bool) -> None:
         count = self.consecutive_failures
@@ -374,6 +491,26 @@ class Task(Aggregate):
             )
         elif blocked:
             self._pause(session=self._new_session(SessionReason.BLACKLISTED_STRATEGY))
+        self._stuck_gate()
+
+    def _stuck_gate(self) -> None:
+        """In ``gate`` mode, a stuck score at or above the entropy threshold
+        pauses the task as a reported entropy score would (source ``derived``),
+        unless the ladder has already stopped it."""
+        score = self.stuck.score if self.stuck is not None else None
+        if (
+            score is None
+            or self.policy.stuck_detection is not StuckDetection.GATE
+            or score < self.policy.hitl_entropy_threshold
+            or self.pending_session is not None
+            or self.state not in WORKING
+        ):
+            return
+        self._pause(
+            session=self._new_session(
+                SessionReason.ENTROPY_LIMIT, entropy_score=score, source="derived"
+            )
+        )
 
     def report_entropy(self, score: float) -> HumanSession | None:
         """Pause for a human when ``score`` reaches the threshold.
@@ -388,7 +525,9 @@ class Task(Aggregate):
         if score < threshold:
             self._measure_entropy(score=score, threshold=threshold)
             return None
-        session = self._new_session(SessionReason.ENTROPY_LIMIT, entropy_score=score)
+        session = self._new_session(
+            SessionReason.ENTROPY_LIMIT, entropy_score=score, source="reported"
+        )
         self._pause(session=session)
         return session
 
@@ -459,13 +598,16 @@ class Task(Aggregate):
 
     @staticmethod
     def _new_session(
-        reason: SessionReason, entropy_score: float | None = None
+        reason: SessionReason,
+        entropy_score: float | None = None,
+        source: EntropySource | None = None,
     ) -> HumanSession:
         return HumanSession(
             session_id=str(uuid4()),
             reason=reason,
             opened_at=datetime_now_with_tzinfo(),
             entropy_score=entropy_score,
+            entropy_source=source,
         )
 
     def _handoff_payload(self) -> HandoffPayload:
@@ -481,6 +623,7 @@ class Task(Aggregate):
             originating_agent=self.agent,
             last_commit=self.last_commit,
             enqueued_at=datetime_now_with_tzinfo(),
+            stuck=self.stuck,
         )
 
     def _record_failure(
@@ -498,19 +641,31 @@ class Task(Aggregate):
 
     @event(BlacklistedStrategyAttempted)
     def _block_attempt(
-        self, failure: FailureRecord, matched_strategy: str, consecutive_failures: int
+        self,
+        failure: FailureRecord,
+        matched_strategy: str,
+        consecutive_failures: int,
+        stuck: StuckAssessment | None = None,
     ) -> None:
         self._record_failure(failure, consecutive_failures)
+        self.stuck = stuck
 
     @event(GatePassed)
     def _pass_gate(self, gate: str | None, strategy: str | None) -> None:
         self.consecutive_failures = 0
         self.failures = []
         self.current_strategy = None
+        self.stuck = None
 
     @event(GateFailed)
-    def _fail_gate(self, failure: FailureRecord, consecutive_failures: int) -> None:
+    def _fail_gate(
+        self,
+        failure: FailureRecord,
+        consecutive_failures: int,
+        stuck: StuckAssessment | None = None,
+    ) -> None:
         self._record_failure(failure, consecutive_failures)
+        self.stuck = stuck
 
     @event(Escalated)
     def _escalate(self, session: HumanSession, report: FailureAnalysisReport) -> None:

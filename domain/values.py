@@ -36,10 +36,12 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     ConfigDict,
     Field,
     StringConstraints,
@@ -71,6 +73,7 @@ __all__ = [
     "SUMMARY_MAX",
     "Actor",
     "AgentName",
+    "AwareTime",
     "CommitId",
     "Dag",
     "EntropyScore",
@@ -90,6 +93,7 @@ __all__ = [
     "TaskId",
     "Version",
     "Wording",
+    "parse_time",
     "validated",
 ]
 
@@ -409,6 +413,61 @@ Position = Annotated[int, Field(strict=True, ge=0, le=POSITION_MAX), Wording(_po
 
 Limit = Annotated[int, Field(strict=True, ge=1, le=LIMIT_MAX), Wording(_limit)]
 """How many items to return: an int in [1, 10,000]."""
+
+
+def _in_utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise PydanticCustomError(
+            "time_out_of_range",
+            "{value} is out of range in UTC",
+            {"value": _describe(value)},
+        ) from None
+
+
+def _time(name: str, error: ErrorDetails, loc: Loc) -> str:
+    kind, value = error["type"], error["input"]
+    if kind == "timezone_aware":
+        return (
+            f"{name} must be timezone-aware (a naive datetime names no moment), "
+            f"got {_describe(value)}"
+        )
+    if kind == "time_out_of_range":
+        return f"{name} {error['msg']}"
+    return f"{name} must be a datetime with a timezone, got {_got(value)}"
+
+
+AwareTime = Annotated[
+    AwareDatetime, Field(strict=True), AfterValidator(_in_utc), Wording(_time)
+]
+"""A moment: a ``datetime`` with a timezone (a naive one is refused, and so is
+text: :func:`parse_time` reads ISO 8601); the function receives it in UTC."""
+
+
+def parse_time(text: str, name: str, *, field: str | None = None) -> datetime:
+    """An ISO 8601 time with a timezone (``2024-05-01T09:30:00Z``,
+    ``2024-05-01T11:30:00+02:00``) read from ``text``, in UTC, for a command
+    line or a query string; otherwise :class:`InvalidInput` naming ``name``
+    (and ``field``, default ``name``)."""
+    example = "e.g. 2024-05-01T09:30:00Z"
+    try:
+        found = datetime.fromisoformat(text)
+    except ValueError:
+        msg = f"{name} must be an ISO 8601 time ({example}), got {_describe(text)}"
+        raise InvalidInput(msg, field=field or name) from None
+    if found.utcoffset() is None:
+        msg = (
+            f"{name} must name its timezone ({example}, or +02:00), "
+            f"got {_describe(text)}"
+        )
+        raise InvalidInput(msg, field=field or name)
+    try:
+        return found.astimezone(UTC)
+    except OverflowError:
+        msg = f"{name} {_describe(text)} is out of range in UTC"
+        raise InvalidInput(msg, field=field or name) from None
+
 
 KEY_MAX = 255
 """The longest idempotency key (as Stripe's API allows)."""

@@ -95,6 +95,12 @@ class SQLTables:
     schema_version: ClassVar[int]
     tables: ClassVar[tuple[str, ...]]
     ddl: ClassVar[tuple[str, ...]]
+    pg_migrations: ClassVar[tuple[str, ...]] = ()
+    """PostgreSQL only: the columns added since the tables were first made
+    (``ALTER TABLE … ADD COLUMN IF NOT EXISTS``), run after ``ddl`` so that a
+    database written by an older release takes the new folds; its rows are
+    then refolded by ``devs projections rebuild``. SQLite remakes a view
+    whose ``schema_version`` changed from the log instead."""
 
     def changes(self, tracking: Tracking) -> AbstractContextManager[Any]:
         """A cursor whose writes commit together with ``tracking``."""

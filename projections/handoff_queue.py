@@ -75,7 +75,7 @@ class HandoffQueueTables(HandoffQueueView, SQLTables):
     """The ``handoff_queue`` tables and their SQL (SQLite and PostgreSQL alike)."""
 
     name: ClassVar[str] = "handoff_queue"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2  # v2: the payload JSON holds the stuck score
     tables: ClassVar[tuple[str, ...]] = ("handoff_queue",)
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS handoff_queue ("

@@ -77,7 +77,9 @@ class HumanSessionsProjection(ReadModelProjection[HumanSessionsView]):
         tracking: Tracking,
     ) -> None:
         if e.session_id is None:
-            self.view.insert_tracking(tracking)
+            # Nothing to answer. The position is the fold's to record (a
+            # catch-up's batch, the PostgreSQL runner's transaction): writing
+            # it here would, on PostgreSQL, commit it apart from the rows.
             return
         answer = {
             "status": ANSWERED,

@@ -28,6 +28,7 @@ from devs.projections.handoff_queue import HandoffQueueTables
 from devs.projections.hitl_failure_gates import FailureGatesTables
 from devs.projections.hitl_sessions import HumanSessionsTables
 from devs.projections.lessons_learned import LessonsTables
+from devs.projections.metrics import MetricsTables, Select
 from devs.projections.registry import SQLITE
 from devs.projections.runs import RunsTables
 from devs.projections.task_failures import TaskFailuresTables
@@ -104,7 +105,9 @@ class PostgresView(PostgresTrackingRecorder, SQLTables):
         **kwargs: Any,
     ) -> None:
         super().__init__(datastore, tracking_table_name=tracking_table_name, **kwargs)
-        self.pg_ddl = tuple(pg_ddl(statement) for statement in self.ddl)
+        self.pg_ddl = tuple(
+            pg_ddl(statement) for statement in (*self.ddl, *self.pg_migrations)
+        )
 
     @contextmanager
     def changes(self, tracking: Tracking) -> Iterator[PgCursor]:
@@ -154,6 +157,25 @@ class PostgresLessonsView(LessonsTables, PostgresView):
         return tuple(row["failed_strategy"] for row in rows)
 
 
+class PostgresMetricsView(MetricsTables, PostgresView):
+    """The ``metrics`` read model."""
+
+    text_order = ' COLLATE "C"'
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[Select]:
+        """One REPEATABLE READ transaction: every statement reads the
+        snapshot of its first."""
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+            def select(statement: str, params: Any = ()) -> list[Any]:
+                cursor.execute(pg_sql(statement), params or None)
+                return cursor.fetchall()
+
+            yield select
+
+
 class PostgresRunsView(RunsTables, PostgresView):
     """The ``runs`` read model."""
 
@@ -176,6 +198,7 @@ _VIEWS: dict[str, type[PostgresView]] = {
         PostgresTaskFailuresView,
         PostgresHandoffQueueView,
         PostgresRunsView,
+        PostgresMetricsView,
     )
 }
 POSTGRES: tuple[tuple[type[ReadModelProjection[Any]], type[PostgresView]], ...] = tuple(

@@ -4,6 +4,7 @@ SQLite and PostgreSQL, whose read models differ in how they are kept."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from devs.domain.ports import (
@@ -11,6 +12,7 @@ from devs.domain.ports import (
     GateStatus,
     HandoffEntry,
     Lesson,
+    Metrics,
     PendingSession,
     RunState,
     TaskIndexEntry,
@@ -48,6 +50,14 @@ class ViewQueries:
     ) -> list[TaskIndexEntry]:
         found: list[TaskIndexEntry] = self._ask(
             lambda: self.views["tasks"].task_entries(state=state, run_id=run_id)
+        )
+        return found
+
+    def chain_heads(
+        self, task_id: str | None = None
+    ) -> list[tuple[str, int, str | None]]:
+        found: list[tuple[str, int, str | None]] = self._ask(
+            lambda: self.views["tasks"].chain_heads(task_id)
         )
         return found
 
@@ -114,4 +124,12 @@ class ViewQueries:
     def run_state(self, run_id: str) -> RunState | None:
         self._readable(Run.create_id(run_id))
         found: RunState | None = self._ask(lambda: self.views["runs"].run_state(run_id))
+        return found
+
+    def metrics(
+        self, *, run_id: str | None = None, since: datetime | None = None
+    ) -> Metrics:
+        found: Metrics = self._ask(
+            lambda: self.views["metrics"].metrics(run_id=run_id, since=since)
+        )
         return found

@@ -19,6 +19,7 @@ from devs.projections.hitl_sessions import (
     SQLiteHumanSessionsView,
 )
 from devs.projections.lessons_learned import LessonsProjection, SQLiteLessonsView
+from devs.projections.metrics import MetricsProjection, SQLiteMetricsView
 from devs.projections.runs import RunsProjection, SQLiteRunsView
 from devs.projections.task_failures import (
     SQLiteTaskFailuresView,
@@ -34,6 +35,7 @@ SQLITE: tuple[tuple[type[ReadModelProjection[Any]], type[SQLiteView]], ...] = (
     (TaskFailuresProjection, SQLiteTaskFailuresView),
     (HandoffQueueProjection, SQLiteHandoffQueueView),
     (RunsProjection, SQLiteRunsView),
+    (MetricsProjection, SQLiteMetricsView),
 )
 """Every read model, in the order events are fed to them (a gate's row refers
 to its session's, which PostgreSQL checks at once). The PostgreSQL views of

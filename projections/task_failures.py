@@ -105,7 +105,7 @@ class TaskFailuresTables(TaskFailuresView, SQLTables):
     """The ``task_failures`` tables and their SQL (SQLite and PostgreSQL alike)."""
 
     name: ClassVar[str] = "task_failures"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2  # v2: reports hold the stuck score
     tables: ClassVar[tuple[str, ...]] = ("task_failures",)
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS task_failures ("

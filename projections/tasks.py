@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import orjson
 from eventsourcing.persistence import Tracking, TrackingRecorder
 
+from devs.domain.chain import event_hash
 from devs.domain.chart import STATUS, TaskState
 from devs.domain.ports import TaskIndexEntry
 from devs.domain.task import Task, TaskEvent, task_id_of
@@ -43,6 +44,12 @@ class TasksView(TrackingRecorder, ABC):
     ) -> list[TaskIndexEntry]:
         """Tasks of one state and/or run, least recently changed first."""
 
+    @abstractmethod
+    def chain_heads(
+        self, task_id: str | None = None
+    ) -> list[tuple[str, int, str | None]]:
+        """(task id, version, chain head) of one task or all."""
+
     def task_entry(self, task_id: str) -> TaskIndexEntry | None:
         row = self.task_row(task_id)
         return None if row is None else _entry(row)
@@ -55,6 +62,7 @@ def _entry(row: dict[str, Any]) -> TaskIndexEntry:
         state=row["state"],
         consecutive_failures=row["failure_count"],
         updated_at=row["updated_at"],
+        stuck_score=row["stuck_score"],
     )
 
 
@@ -76,6 +84,8 @@ class TasksProjection(ReadModelProjection[TasksView]):
                 "created_at": e.timestamp.isoformat(),
                 "updated_at": e.timestamp.isoformat(),
                 "position": tracking.notification_id,
+                "version": e.originator_version,
+                "chain_head": _head(e),
             },
             tracking,
         )
@@ -100,6 +110,7 @@ class TasksProjection(ReadModelProjection[TasksView]):
             last_gate_reason=None,
             last_exit_code=0,
             last_error_hash=None,
+            stuck_score=None,
         )
 
     @process_event.register
@@ -114,11 +125,17 @@ class TasksProjection(ReadModelProjection[TasksView]):
             last_gate_reason=failure.reason,
             last_exit_code=failure.exit_code,
             last_error_hash=failure.error_hash,
+            stuck_score=e.stuck.score if e.stuck is not None else None,
         )
 
     @process_event.register
     def _(self, e: Task.BlacklistedStrategyAttempted, tracking: Tracking) -> None:
-        self._advance(e, tracking, failure_count=e.consecutive_failures)
+        self._advance(
+            e,
+            tracking,
+            failure_count=e.consecutive_failures,
+            stuck_score=e.stuck.score if e.stuck is not None else None,
+        )
 
     @process_event.register
     def _(self, e: Task.HandedOff, tracking: Tracking) -> None:
@@ -157,14 +174,21 @@ class TasksProjection(ReadModelProjection[TasksView]):
     def _advance(self, e: TaskEvent, tracking: Tracking, **changes: Any) -> None:
         changes["updated_at"] = e.timestamp.isoformat()
         changes["position"] = tracking.notification_id
+        changes["version"] = e.originator_version
+        changes["chain_head"] = _head(e)
         self.view.advance(task_id_of(e.originator_id), e.state_after, changes, tracking)
+
+
+def _head(e: TaskEvent | Task.Started) -> str | None:
+    """The event's hash: the head of its task's chain (none if unchained)."""
+    return event_hash(e) if e.chain_prev is not None else None
 
 
 class TasksTables(TasksView, SQLTables):
     """The ``tasks`` tables and their SQL (SQLite and PostgreSQL alike)."""
 
     name: ClassVar[str] = "tasks"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2  # v2: chain head, version, stuck score
     tables: ClassVar[tuple[str, ...]] = ("tasks",)
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS tasks ("
@@ -186,11 +210,19 @@ class TasksTables(TasksView, SQLTables):
         "last_error_hash TEXT, "
         "created_at TEXT NOT NULL, "
         "updated_at TEXT NOT NULL, "
-        "position INTEGER NOT NULL)",
+        "position INTEGER NOT NULL, "
+        "version INTEGER NOT NULL DEFAULT 1, "
+        "chain_head TEXT, "
+        "stuck_score REAL)",
         "CREATE INDEX IF NOT EXISTS tasks_state ON tasks (state, position)",
         "CREATE INDEX IF NOT EXISTS tasks_run_id ON tasks (run_id, position)",
         "CREATE INDEX IF NOT EXISTS tasks_status ON tasks (status)",
         "CREATE INDEX IF NOT EXISTS tasks_position ON tasks (position)",
+    )
+    pg_migrations: ClassVar[tuple[str, ...]] = (
+        "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS version INTEGER NOT NULL DEFAULT 1",
+        "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS chain_head TEXT",
+        "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS stuck_score REAL",
     )
 
     def insert_task(self, row: dict[str, Any], tracking: Tracking) -> None:
@@ -224,6 +256,17 @@ class TasksTables(TasksView, SQLTables):
         statement += " ORDER BY position, id"
         rows = self._select(statement, [value for _, value in where])
         return [_entry(dict(row)) for row in rows]
+
+    def chain_heads(
+        self, task_id: str | None = None
+    ) -> list[tuple[str, int, str | None]]:
+        statement = "SELECT id, version, chain_head FROM tasks"
+        params: tuple[str, ...] = ()
+        if task_id is not None:
+            statement += " WHERE id = ?"
+            params = (task_id,)
+        rows = self._select(statement + " ORDER BY id", params)
+        return [(row["id"], row["version"], row["chain_head"]) for row in rows]
 
 
 class SQLiteTasksView(TasksTables, SQLiteView):

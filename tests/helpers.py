@@ -32,6 +32,10 @@ READ_MODEL_TABLES = (
     "runs",
     "run_nodes",
     "run_edges",
+    "metrics_tasks",
+    "metrics_waits",
+    "metrics_strategy_failures",
+    "metrics_stuck_signals",
 )
 
 

@@ -8,15 +8,26 @@ of commands; they register on the root group :data:`cli` when imported here.
 
 from __future__ import annotations
 
-from devs.adapters.cli import admin, humans, project, runs, serve, tasks
+from devs.adapters.cli import (
+    admin,
+    audit,
+    humans,
+    metrics,
+    project,
+    runs,
+    serve,
+    tasks,
+)
 from devs.adapters.cli.base import ExitCode, cli
 
 __all__ = [
     "ExitCode",
     "admin",
+    "audit",
     "cli",
     "humans",
     "main",
+    "metrics",
     "project",
     "runs",
     "serve",

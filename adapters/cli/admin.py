@@ -53,7 +53,8 @@ def projections_rebuild(ctx: Context, names: Sequence[str]) -> None:
 @pass_context
 @handles_errors
 def verify(ctx: Context, as_json: bool) -> None:
-    """Check the store: every read model against the log, every event decodable.
+    """Check the store: every read model against the log, every event
+    decodable, every task's hash chain unbroken.
 
     Writes nothing. Exits 0 when all is well, 1 when it found problems (one
     line each); `devs projections rebuild` repairs the read models.
@@ -80,13 +81,23 @@ def verify(ctx: Context, as_json: bool) -> None:
             f"ok: {len(report.read_models)} read models match the log {how_far}; "
             "every event decodes"
         )
+        plain(_chains_line(report.chains))
     else:
         count = len(report.problems)
         plain(f"{count} problem(s), log up to position {report.position}:")
         for problem in report.problems:
             plain(f"- {problem}")
+        plain(_chains_line(report.chains))
     if not report.ok:
         sys.exit(int(ExitCode.RETRY))
+
+
+def _chains_line(chains: dict[str, int]) -> str:
+    return (
+        f"hash chains: {chains.get('intact', 0)} intact, "
+        f"{chains.get('unchained', 0)} unchained (written before the chain "
+        f"existed), {chains.get('broken', 0)} broken"
+    )
 
 
 @cli.command()

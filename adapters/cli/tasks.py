@@ -70,12 +70,13 @@ def status(ctx: Context, run_id: str | None, as_json: bool) -> None:
         as_json,
         empty="no tasks",
         title="Tasks by state",
-        columns=("state", "task", "run", "failures", "updated"),
+        columns=("state", "task", "run", "failures", "stuck", "updated"),
         row=lambda t: (
             t.state,
             t.task_id,
             t.run_id or "-",
             str(t.consecutive_failures),
+            "-" if t.stuck_score is None else f"{t.stuck_score:.2f}",
             t.updated_at.strftime(TIME),
         ),
     )
@@ -124,10 +125,18 @@ def describe_task(summary: TaskSummary) -> str:
         f"last {summary.last_commit or '-'}",
         f"  lessons: {len(summary.lessons)}   events: {summary.version}",
     ]
+    if summary.stuck is not None:
+        lines.append(f"  stuck: {presenters.stuck_text(summary.stuck)}")
     if summary.pending_session is not None:
         session = summary.pending_session
+        source = (
+            f", {session.entropy_source} score {session.entropy_score:g}"
+            if session.entropy_source and session.entropy_score is not None
+            else ""
+        )
         lines.append(
-            f"  waiting for a human: {session.reason} (session {session.session_id})"
+            f"  waiting for a human: {session.reason}{source} "
+            f"(session {session.session_id})"
         )
     if summary.handoff is not None:
         claimed = summary.claimed_by or "nobody yet"

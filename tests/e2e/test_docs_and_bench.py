@@ -193,3 +193,33 @@ def test_langgraph_benchmark_prints_both_steps_and_its_verdict(tmp_path: Path) -
     assert len(verdicts) == 1
     assert re.search(r"adds -?\d+\.\d% \(-?\d+\.\d\d ms\)", verdicts[0])
     assert not list(tmp_path.iterdir()), "its files go with it"
+
+
+def test_audit_benchmark_prints_every_figure_and_its_verdicts(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "audit_bench.py"),
+            *("--events", "600", "--decisions", "60", "--dir", str(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    rows = [line.split(" | ")[0] for line in lines if line.startswith("| ")]
+    assert [row.split(",")[0] for row in rows[1:]] == [
+        "| what_if",
+        "| replay_check",
+        "| verify (read models and hash chains)",
+        "| export",
+        "| stuck.assess",
+        "| stuck.assess",
+        "| record_gate failures/s",
+        "| record_gate failures/s",
+    ]
+    verdicts = [line for line in lines if line.startswith(("met: ", "MISSED: "))]
+    assert len(verdicts) == 2
+    assert re.search(r"what_if, [\d,]+ events, [\d,]+ tasks \d+\.\d\d s", verdicts[0])
+    assert not list(tmp_path.iterdir()), "its files go with it"

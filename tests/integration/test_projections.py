@@ -89,7 +89,9 @@ def test_views_track_their_own_positions(
             row[0]
             for row in connection.execute("SELECT application_name FROM tracking")
         }
-    assert {f"RecoveryService/{view.name}.v1" for _, view in SQLITE} <= names
+    assert {
+        f"RecoveryService/{view.name}.v{view.schema_version}" for _, view in SQLITE
+    } <= names
 
 
 def test_a_query_sees_every_command_that_returned(service: RecoveryService) -> None:
@@ -178,7 +180,7 @@ def test_a_schema_never_tracked_is_rebuilt_from_the_log(
         connection.execute("DROP TABLE tasks")
         connection.execute("CREATE TABLE tasks (key TEXT PRIMARY KEY, doc BLOB)")
         connection.execute(
-            "DELETE FROM tracking WHERE application_name = 'RecoveryService/tasks.v1'"
+            "DELETE FROM tracking WHERE application_name = 'RecoveryService/tasks.v2'"
         )
     with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as reopened:
         states = {t.task_id: t.state for t in reopened.tasks()}

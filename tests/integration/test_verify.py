@@ -11,6 +11,7 @@ import pytest
 from eventsourcing.utils import register_topic
 
 from devs.domain import RecoveryService, StoreError, UnreadableEvent
+from devs.domain.chain import body_hash
 from devs.domain.task import Task
 from devs.projections.sqlite import SQLiteReadModels
 from tests.helpers import table_rows
@@ -180,7 +181,11 @@ def test_a_poison_event_stops_only_its_own_task(
                     app.record_gate(task_id, 1)
         report = other.verify()
     assert not report.ok
-    assert len(report.problems) == 2, report.problems
+    # Each event written behind the service's back also breaks its task's chain.
+    assert len(report.problems) == 4, report.problems
+    assert report.problems[2].startswith("task 't1': version ")
+    assert "does not match the hash recorded at version" in report.problems[2]
+    assert report.problems[3].startswith("task 't2': version 3 is unreadable")
     assert (
         f"event at log position {bad_topic} ('task:t1', version" in (report.problems[0])
     )
@@ -193,7 +198,7 @@ def test_a_poison_event_stops_only_its_own_task(
     assert service.gate_status("t4").consecutive_failures == 1
     with pytest.raises(UnreadableEvent):
         service.lessons("t1")
-    assert len(service.verify().problems) == 2
+    assert len(service.verify().problems) == 4
 
 
 def test_a_failed_rebuild_leaves_the_views_as_they_were(
@@ -353,13 +358,15 @@ def test_a_partial_rebuild_keeps_events_other_views_still_lack(
     service.start_task("t1")
     service.record_gate("t1", 1, error="e")
     with sqlite3.connect(db_path) as connection:
-        (state,) = connection.execute(
-            "SELECT state FROM stored_events WHERE originator_id = 'task:t1' "
+        (stored_topic, state) = connection.execute(
+            "SELECT topic, state FROM stored_events WHERE originator_id = 'task:t1' "
             "ORDER BY originator_version DESC LIMIT 1"
         ).fetchone()
     later = orjson.loads(state)
     later["originator_version"] += 1
     later["consecutive_failures"] = 2
+    # Written by the later release, it links to the event before it.
+    later["chain_prev"] = body_hash(stored_topic, orjson.loads(state))
     topic = "tests.upgrade:GateFailed"
     position = poison(db_path, "task:t1", topic=topic, state=orjson.dumps(later))
     with pytest.raises(UnreadableEvent):

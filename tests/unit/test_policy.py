@@ -27,6 +27,7 @@ DEFAULTS = {
     "handoff_threshold": 5,
     "hitl_entropy_threshold": 0.75,
     "failure_history_cap": 20,
+    "stuck_detection": "observe",
 }
 INT_RANGES = {
     "escalation_threshold": (1, 1000),
@@ -66,6 +67,20 @@ def test_defaults() -> None:
     policy = load_policy({})
     assert policy.model_dump() == DEFAULTS
     assert policy == Policy()
+
+
+@pytest.mark.parametrize("mode", ["observe", "gate", "off", " gate "])
+def test_stuck_detection_modes(mode: str) -> None:
+    assert load_policy({"DEVS_STUCK_DETECTION": mode}).stuck_detection == mode.strip()
+
+
+@pytest.mark.parametrize("bad", ["", "on", "GATE", "gate\x00", "1"])
+def test_bad_stuck_detection_warns_and_observes(bad: str) -> None:
+    with policy_warnings() as records:
+        policy = load_policy({"DEVS_STUCK_DETECTION": bad})
+    assert policy.stuck_detection == "observe"
+    assert len(records) == 1
+    assert "DEVS_STUCK_DETECTION" in records[0].getMessage()
 
 
 def test_environment_overrides() -> None:
@@ -157,6 +172,7 @@ def test_env_var_names() -> None:
         "DEVS_HANDOFF_THRESHOLD",
         "DEVS_HITL_ENTROPY_THRESHOLD",
         "DEVS_FAILURE_HISTORY_CAP",
+        "DEVS_STUCK_DETECTION",
     ]
 
 
@@ -221,10 +237,15 @@ def test_the_stored_policy_keeps_its_shape() -> None:
         "hitl_entropy_threshold": 0.5,
         "failure_history_cap": 10,
     }
-    assert Policy.model_validate(stored).model_dump(mode="json") == stored
+    # A policy recorded before stuck detection existed observes (the default).
+    assert Policy.model_validate(stored).model_dump(mode="json") == {
+        **stored,
+        "stuck_detection": "observe",
+    }
     assert Policy().model_dump_json() == (
         '{"escalation_threshold":3,"handoff_threshold":5,'
-        '"hitl_entropy_threshold":0.75,"failure_history_cap":20}'
+        '"hitl_entropy_threshold":0.75,"failure_history_cap":20,'
+        '"stuck_detection":"observe"}'
     )
     assert isinstance(Policy(), BaseModel)
     assert not isinstance(Policy(), BaseSettings)

@@ -1,0 +1,211 @@
+"""``devs what-if``, ``devs replay-check``, ``devs export`` and
+``devs verify-export``: questions an auditor asks of the log."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+import orjson
+from pydantic import ValidationError
+
+from devs.adapters.cli.base import (
+    Context,
+    ExitCode,
+    cli,
+    emit_json,
+    fail,
+    handles_errors,
+    json_option,
+    pass_context,
+    plain,
+)
+from devs.domain.audit import Totals, WhatIfReport, verify_export
+from devs.domain.errors import InvalidInput
+from devs.domain.policy import Policy, StuckDetection
+
+
+def _policy(base: Policy, changes: dict[str, object]) -> Policy:
+    chosen = {name: value for name, value in changes.items() if value is not None}
+    try:
+        return Policy.model_validate({**base.model_dump(), **chosen})
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]).replace("_", "-")
+        where = where.replace("hitl-entropy", "entropy")
+        msg = f"--{where}: {first['msg']}"
+        raise InvalidInput(msg) from None
+
+
+@cli.command("what-if")
+@click.option("--escalation-threshold", type=int, default=None)
+@click.option("--handoff-threshold", type=int, default=None)
+@click.option("--entropy-threshold", "hitl_entropy_threshold", type=float, default=None)
+@click.option(
+    "--stuck-detection",
+    type=click.Choice([mode.value for mode in StuckDetection]),
+    default=None,
+)
+@click.option("--task", "task_ids", multiple=True, help="Only this task (repeatable).")
+@click.option("--run", "run_id", default=None, help="Only the tasks of this run.")
+@json_option
+@pass_context
+@handles_errors
+def what_if(
+    ctx: Context,
+    escalation_threshold: int | None,
+    handoff_threshold: int | None,
+    hitl_entropy_threshold: float | None,
+    stuck_detection: str | None,
+    task_ids: Sequence[str],
+    run_id: str | None,
+    as_json: bool,
+) -> None:
+    """Re-decide every recorded history under another policy; write nothing.
+
+    Thresholds not given keep the policy in force (the environment's). Shows,
+    per task, where the ladder would have gone otherwise, and the totals
+    beside the recorded ones.
+    """
+    policy = _policy(
+        ctx.app.policy,
+        {
+            "escalation_threshold": escalation_threshold,
+            "handoff_threshold": handoff_threshold,
+            "hitl_entropy_threshold": hitl_entropy_threshold,
+            "stuck_detection": stuck_detection,
+        },
+    )
+    report = ctx.app.what_if(policy, task_ids=list(task_ids) or None, run_id=run_id)
+    if as_json:
+        emit_json(report)
+        return
+    plain(describe_what_if(report))
+
+
+def describe_what_if(report: WhatIfReport) -> str:
+    policy = report.policy
+    lines = [
+        f"what if: escalate at {policy.escalation_threshold}, hand off at "
+        f"{policy.handoff_threshold}, entropy limit "
+        f"{policy.hitl_entropy_threshold:g}, stuck detection "
+        f"{policy.stuck_detection}",
+        f"{report.tasks} task(s), {report.events} event(s) re-decided; "
+        f"{len(report.changed)} would have gone otherwise",
+        "",
+        f"{'':<30}{'recorded':>10}{'what if':>10}",
+    ]
+
+    def row(name: str, field: str) -> str:
+        was = getattr(report.recorded, field)
+        would = getattr(report.what_if, field)
+        return f"{name:<30}{was:>10}{would:>10}"
+
+    for name, field in _TOTALS:
+        lines.append(row(name, field))
+    lines.append(
+        f"(assumed answered at once: {report.assumed_resumes}; recorded human "
+        f"actions with nothing to answer: {report.dropped_human_actions})"
+    )
+    for task in report.changed:
+        lines.append(f"{task.task_id}:")
+        lines.extend(f"  - {change}" for change in task.changes)
+    lines.extend(f"left out: {problem}" for problem in report.unreadable)
+    return "\n".join(lines)
+
+
+_TOTALS: tuple[tuple[str, str], ...] = tuple(
+    (name.replace("_", " "), name) for name in Totals.model_fields
+)
+
+
+@cli.command("replay-check")
+@click.option("--task", "task_ids", multiple=True, help="Only this task (repeatable).")
+@json_option
+@pass_context
+@handles_errors
+def replay_check(ctx: Context, task_ids: Sequence[str], as_json: bool) -> None:
+    """Re-decide every recorded history with today's code under its recorded
+    policy. Exits 0 when every decision is the recorded one, 1 otherwise."""
+    report = ctx.app.replay_check(task_ids=list(task_ids) or None)
+    if as_json:
+        emit_json(report)
+    elif report.ok:
+        plain(
+            f"ok: {report.tasks} task(s), {report.events} event(s): today's code "
+            "takes every recorded decision"
+        )
+    else:
+        plain(
+            f"{len(report.differences)} decision(s) differ "
+            f"({report.tasks} task(s), {report.events} event(s)):"
+        )
+        for d in report.differences:
+            plain(
+                f"- task {d.task_id} version {d.version} ({d.event}): recorded "
+                f"{d.recorded}; today {d.recomputed}"
+            )
+        for problem in report.unreadable:
+            plain(f"- unreadable: {problem}")
+    if not report.ok:
+        sys.exit(int(ExitCode.RETRY))
+
+
+@cli.command()
+@click.argument("task_ids", nargs=-1)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The JSON Lines file to write (refused if it exists).",
+)
+@pass_context
+@handles_errors
+def export(ctx: Context, task_ids: Sequence[str], output: Path) -> None:
+    """Write a self-contained audit record of TASK_IDS (default: all) as JSON
+    Lines: a header with every task's chain head, then every event with its
+    hash and actor. `devs verify-export FILE` checks it without a database."""
+    if output.exists():
+        fail(f"{output} exists; choose a new file", ExitCode.BAD_INPUT)
+    lines = ctx.app.export(list(task_ids) or None)
+    header = next(lines)
+    events = 0
+    partial = output.with_name(output.name + ".partial")
+    with partial.open("wb") as file:
+        file.write(orjson.dumps(header) + b"\n")
+        for line in lines:
+            file.write(orjson.dumps(line) + b"\n")
+            events += 1
+    partial.replace(output)
+    tasks = header["tasks"]
+    plain(f"exported {len(tasks)} task(s), {events} event(s) to {output}")
+    for task_id, summary in tasks.items():
+        head = summary["head"] or "(unchained)"
+        plain(f"  {task_id}: {summary['events']} events, head {head}")
+
+
+@cli.command("verify-export")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@json_option
+def verify_export_command(file: Path, as_json: bool) -> None:
+    """Check an exported audit record offline. Exits 0 when every chain is
+    intact (or unchained), 1 with the first broken link named."""
+    with file.open("rb") as lines:
+        results, problem = verify_export(lines)
+    if as_json:
+        emit_json({"ok": problem is None, "problem": problem, "tasks": results})
+    elif problem is None:
+        counts = {state: 0 for state in ("intact", "unchained", "broken")}
+        for status in results:
+            counts[status.state] += 1
+        plain(
+            f"ok: {len(results)} task(s): {counts['intact']} intact, "
+            f"{counts['unchained']} unchained (written before the chain existed)"
+        )
+    else:
+        plain(f"broken: {problem}")
+    if problem is not None:
+        sys.exit(int(ExitCode.RETRY))

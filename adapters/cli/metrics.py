@@ -1,0 +1,130 @@
+"""``devs metrics``: how the tasks went (docs/audit.md#metrics)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+from rich.table import Table
+
+from devs.adapters import presenters
+from devs.adapters.cli.base import (
+    Context,
+    cli,
+    emit_json,
+    handles_errors,
+    json_option,
+    out,
+    pass_context,
+)
+from devs.domain import Metrics
+from devs.domain.ports import Distribution
+from devs.domain.values import parse_time
+
+
+@cli.command()
+@click.option("--run", "run_id", default=None, help="Only the tasks of this run.")
+@click.option(
+    "--since",
+    default=None,
+    metavar="ISO-8601",
+    help="Only tasks started at or after this time (with a timezone, e.g. "
+    "2024-05-01T09:30:00Z).",
+)
+@json_option
+@pass_context
+@handles_errors
+def metrics(ctx: Context, run_id: str | None, since: str | None, as_json: bool) -> None:
+    """How the tasks went: states, loops, failures and time before a human,
+    hand-offs, blocked attempts, the strategies that failed most."""
+    moment = None if since is None else parse_time(since, "--since", field="since")
+    figures = ctx.app.metrics(run_id=run_id, since=moment)
+    if as_json:
+        emit_json(figures)
+        return
+    show(figures)
+
+
+def show(figures: Metrics) -> None:
+    """The figures as two tables: the figures, then the strategies."""
+    scope = [f"run {figures.run_id}"] if figures.run_id else []
+    if figures.since is not None:
+        scope.append(f"started since {figures.since.isoformat()}")
+    table = Table(title=f"Metrics ({', '.join(scope) or 'all tasks'})")
+    table.add_column("figure")
+    table.add_column("value")
+    table.add_row("tasks", str(figures.tasks))
+    for state, count in figures.tasks_by_state.items():
+        table.add_row(f"  {state}", str(count))
+    looped = round(figures.loop_rate * figures.tasks)
+    table.add_row("loop rate", f"{figures.loop_rate:.1%} ({looped} of {figures.tasks})")
+    before = figures.failures_before_first_human
+    table.add_row("reached a human", plural(before.count, "task"))
+    table.add_row("  failures before", spread(before, count_text))
+    waits = figures.time_to_human
+    table.add_row("waits for a human", f"{waits.count} answered, {waits.open} open")
+    table.add_row("  time to human", spread(waits, duration))
+    ends = figures.handoffs_by_resolution
+    table.add_row("hand-offs", ", ".join(f"{end} {n}" for end, n in ends.items()))
+    table.add_row("blocked attempts", str(figures.blocked_attempts))
+    table.add_row(
+        "stuck (score >= 0.75)",
+        f"{plural(figures.stuck_tasks, 'task')}"
+        + (
+            f" ({', '.join(f'{k} {n}' for k, n in figures.stuck_signals.items())})"
+            if figures.stuck_signals
+            else ""
+        ),
+    )
+    table.add_row("  highest score", spread(figures.stuck_score, lambda v: f"{v:.2f}"))
+    out.print(table)
+    if not figures.top_failed_strategies:
+        out.print("no failed strategies")
+        return
+    strategies = Table(title="Most repeated failed strategies")
+    strategies.add_column("failures", justify="right")
+    strategies.add_column("strategy")
+    for item in figures.top_failed_strategies:
+        strategies.add_row(str(item.failures), presenters.one_line(item.strategy, 80))
+    out.print(strategies)
+
+
+def spread(values: Distribution, text: Callable[[float], str]) -> str:
+    """``mean …, p50 …, p90 …`` (``-`` when there are no values)."""
+    return ", ".join(
+        f"{name} {'-' if value is None else text(value)}"
+        for name, value in (
+            ("mean", values.mean),
+            ("p50", values.p50),
+            ("p90", values.p90),
+        )
+    )
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def count_text(value: float) -> str:
+    """A count, or a mean of counts: ``3``, ``2.5``."""
+    return f"{value:.1f}".removesuffix(".0")
+
+
+def duration(seconds: float) -> str:
+    """A wait: ``0.004 s``, ``4.2 s``, ``42 s``, ``3 min 05 s``, ``2 h 07 min``,
+    ``3 d 04 h``."""
+    if seconds < 1:
+        return f"{seconds:.3f} s"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours:02d} h"

@@ -1,0 +1,231 @@
+"""The tamper-evident log: each task's events form a SHA-256 hash chain.
+
+Every task event carries ``chain_prev``: for the first (``Started``) the task's
+id (``task:<id>``), for each later one the SHA-256 of its predecessor's
+*canonical form* — the event's JSON body (as stored) with its ``topic`` added
+(the one its class is registered under: :func:`canonical_topic`),
+``null`` fields left out at every depth, keys sorted, no whitespace (orjson).
+Leaving nulls out lets a later release add an optional field to an event
+without changing the hash of the events already written.
+
+Editing, deleting or reordering an event breaks the link after it; the check
+names the task and the version. Tasks written before the chain existed have no
+links: they are *unchained*, not broken. The last event of a task has no link
+after it in the log: ``verify`` compares it with the head kept in the task index,
+an export records every head beside the events (:class:`ChainChecker`).
+
+Pure code: bodies in, findings out. The same checker serves the store
+(``RecoveryService.verify``) and an exported file (``devs verify-export``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import Any, Literal
+
+import orjson
+from eventsourcing.utils import get_topic, resolve_topic
+
+from devs.domain.model import Value
+
+ChainState = Literal["intact", "unchained", "broken"]
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+@functools.lru_cache(maxsize=256)
+def canonical_topic(topic: str) -> str:
+    """The topic the event's class is registered under (``devs:Task.…``), so
+    that an event stored under an older alias of its class hashes as its class
+    does; a topic that does not resolve is taken as it is."""
+    try:
+        return get_topic(resolve_topic(topic))
+    except Exception:  # an unknown topic: its text is all there is
+        return topic
+
+
+def canonical(topic: str, body: dict[str, Any]) -> bytes:
+    """The canonical form of an event's JSON ``body`` stored under ``topic``."""
+    return orjson.dumps(
+        {**_without_nulls(body), "topic": canonical_topic(topic)},
+        option=orjson.OPT_SORT_KEYS,
+    )
+
+
+def body_hash(topic: str, body: dict[str, Any]) -> str:
+    """The SHA-256 (hex) of the canonical form."""
+    return hashlib.sha256(canonical(topic, body)).hexdigest()
+
+
+def event_hash(event: Any) -> str:
+    """The SHA-256 of a domain event (a pydantic model), as stored."""
+    return body_hash(get_topic(type(event)), event.model_dump(mode="json"))
+
+
+class ChainStatus(Value):
+    """One task's chain: ``intact``, ``unchained`` (written before the chain
+    existed) or ``broken`` (``problem`` names the version)."""
+
+    task_id: str
+    state: ChainState
+    events: int
+    head: str | None = None
+    """The hash of the last event (of a chained task)."""
+    broken_at: int | None = None
+    problem: str | None = None
+
+
+class _Task:
+    __slots__ = ("broken_at", "chained", "events", "head", "problem", "version")
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.events = 0
+        self.chained: bool | None = None
+        self.head: str | None = None
+        self.broken_at: int | None = None
+        self.problem: str | None = None
+
+
+class ChainChecker:
+    """Checks the chains of many tasks from their events in version order.
+
+    Feed each task's events in order (tasks may interleave, as in the log);
+    memory is one small record per task. ``results()`` gives every task's
+    :class:`ChainStatus`, ``expect_head`` compares a chain's end with a head
+    kept elsewhere (the task index, an export's summary).
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, _Task] = {}
+
+    def feed(
+        self,
+        task_id: str,
+        version: int,
+        topic: str,
+        body: dict[str, Any] | None,
+        *,
+        unreadable: str | None = None,
+    ) -> None:
+        """One stored event; ``body`` ``None`` with ``unreadable`` saying why
+        when it cannot be decoded."""
+        task = self._tasks.setdefault(task_id, _Task())
+        if task.broken_at is not None:
+            return
+        task.events += 1
+        expected = task.version + 1
+        where = f"task {task_id!r}"
+        if version != expected:
+            what = "deleted" if version > expected else "reordered or repeated"
+            self._break(
+                task,
+                expected,
+                f"{where}: version {expected} expected, found version {version} "
+                f"(an event was {what})",
+            )
+            return
+        task.version = version
+        if body is None:
+            self._break(
+                task, version, f"{where}: version {version} is unreadable: {unreadable}"
+            )
+            return
+        link = body.get("chain_prev")
+        if version == 1:
+            task.chained = link is not None
+            if task.chained and link != f"task:{task_id}":
+                self._break(
+                    task,
+                    1,
+                    f"{where}: version 1 does not open the chain with the task id "
+                    "(the event was edited)",
+                )
+                return
+        elif not task.chained:
+            if link is not None:
+                self._break(
+                    task,
+                    version,
+                    f"{where}: version {version} has a link but the task's first "
+                    "event has none (an event was edited)",
+                )
+            return
+        elif link != task.head:
+            self._break(
+                task,
+                version - 1,
+                f"{where}: version {version - 1} does not match the hash recorded "
+                f"at version {version} (version {version - 1} or {version} was "
+                "edited, deleted or reordered)",
+            )
+            return
+        if task.chained:
+            task.head = body_hash(topic, body)
+
+    def expect_head(self, task_id: str, version: int, head: str | None) -> None:
+        """The chain must end at ``version`` with hash ``head`` (kept elsewhere)."""
+        task = self._tasks.setdefault(task_id, _Task())
+        if task.broken_at is not None:
+            return
+        where = f"task {task_id!r}"
+        if task.version < version:
+            self._break(
+                task,
+                task.version + 1,
+                f"{where}: its events end at version {task.version} but version "
+                f"{version} was recorded (events were deleted)",
+            )
+        elif task.version > version:
+            return  # written after the head was kept: checked by the links
+        elif task.chained and head is not None and task.head != head:
+            self._break(
+                task,
+                version,
+                f"{where}: version {version} does not match the hash kept for it "
+                "(the last event was edited)",
+            )
+
+    def version(self, task_id: str) -> int:
+        """The last version fed for ``task_id`` (0: none)."""
+        task = self._tasks.get(task_id)
+        return task.version if task is not None else 0
+
+    def problem(self, task_id: str) -> str | None:
+        """What broke ``task_id``'s chain, if it is broken."""
+        task = self._tasks.get(task_id)
+        return task.problem if task is not None else None
+
+    def results(self) -> list[ChainStatus]:
+        found: list[ChainStatus] = []
+        for task_id, task in self._tasks.items():
+            state: ChainState
+            if task.broken_at is not None:
+                state = "broken"
+            elif task.chained:
+                state = "intact"
+            else:
+                state = "unchained"
+            found.append(
+                ChainStatus(
+                    task_id=task_id,
+                    state=state,
+                    events=task.events,
+                    head=task.head if state == "intact" else None,
+                    broken_at=task.broken_at,
+                    problem=task.problem,
+                )
+            )
+        return found
+
+    @staticmethod
+    def _break(task: _Task, version: int, problem: str) -> None:
+        task.broken_at = version
+        task.problem = problem

@@ -1,0 +1,398 @@
+"""Re-deciding recorded histories: the replay check and what-if replay.
+
+Pure code over a task's recorded events. A history is a sequence of *inputs*
+— what the orchestrator and the humans reported (an attempt, a gate result, an
+entropy score, a lesson, a human action) — each followed by the *decisions*
+the referee took on it (an escalation, a pause, a hand-off). Re-deciding feeds
+each input, as recorded, to a fresh in-memory :class:`~devs.domain.task.Task`
+through its own commands (a failed gate is handed in as the very
+:class:`~devs.domain.task.FailureRecord` that was recorded) and reads the
+events it produces. Nothing is written.
+
+- :func:`replay_check`: under the policy recorded in the history, today's
+  code must take the decisions that were recorded. Each input whose decisions
+  differ is reported; the re-decided task is then set to the recorded state
+  so that one change is reported once, not at every later event.
+- :func:`what_if`: under another policy, where would the ladder have gone?
+  When the other policy stops the agent where the recorded one did not, a
+  human is assumed to have resumed it at once (counted, as ``assumed``);
+  recorded human answers to stops the other policy never made are dropped;
+  a hand-off the recorded history did not have ends the task's replay there
+  (the agent would have been taken off it).
+
+Both are linear in the events read: one command per input, no search.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from devs.domain.chart import FINISHED, TaskState
+from devs.domain.errors import DevsError
+from devs.domain.gate import evaluate
+from devs.domain.model import Value
+from devs.domain.names import SessionReason
+from devs.domain.policy import Policy
+from devs.domain.task import Task, TaskEvent, task_id_of
+
+StopKind = Literal["escalation", "pause", "hand_off"]
+STOPS: dict[type[Any], StopKind] = {
+    Task.Escalated: "escalation",
+    Task.Paused: "pause",
+    Task.HandedOff: "hand_off",
+}
+FAILURES = (Task.GateFailed, Task.BlacklistedStrategyAttempted)
+HUMAN_INPUTS = (
+    Task.Resumed,
+    Task.Rewound,
+    Task.Skipped,
+    Task.HandoffClaimed,
+    Task.HandoffResolved,
+)
+ASSUMED_ACTOR = "what-if"
+
+
+def is_input(event: Any) -> bool:
+    """Whether ``event`` is something reported to the referee (not decided by it).
+
+    A pause is an input when an entropy score reported by the orchestrator
+    caused it; a pause for a blacklisted strategy or a derived stuck score is
+    a decision.
+    """
+    if isinstance(event, Task.Paused):
+        session = event.session
+        return (
+            session.reason is SessionReason.ENTROPY_LIMIT
+            and session.entropy_source != "derived"
+        )
+    return not isinstance(event, (Task.Started, Task.Escalated, Task.HandedOff))
+
+
+def feed(task: Task, event: Any) -> None:
+    """Give ``task`` the input ``event`` recorded, through its own commands.
+
+    Raises the command's :class:`DevsError` when ``task`` refuses it.
+    """
+    match event:
+        case Task.AttemptBegan():
+            task.begin_attempt(event.strategy)
+        case Task.BlacklistedStrategyAttempted():
+            task.begin_attempt(event.failure.strategy or "")
+        case Task.GatePassed():
+            task.record_gate(
+                evaluate(0), gate=event.gate, strategy=event.strategy, error=None,
+                output=None,
+            )  # fmt: skip
+        case Task.GateFailed():
+            task.fail(event.failure)
+        case Task.EntropyMeasured():
+            task.report_entropy(event.score)
+        case Task.Paused():
+            task.report_entropy(event.session.entropy_score or 0.0)
+        case Task.LessonLogged():
+            task.log_lesson(event.strategy, event.rca_summary)
+        case Task.Resumed():
+            task.resume(actor=event.actor, reason=event.reason)
+        case Task.Rewound():
+            task.rewind(
+                actor=event.actor, reason=event.reason, to_commit=event.to_commit
+            )
+        case Task.Skipped():
+            task.skip(actor=event.actor, reason=event.reason)
+        case Task.HandoffClaimed():
+            task.claim_handoff(actor=event.actor)
+        case Task.HandoffResolved():
+            task.resolve_handoff(
+                actor=event.actor, resolution=event.resolution, reason=event.reason
+            )
+        case _:
+            msg = f"{type(event).__name__} is not an input"
+            raise TypeError(msg)
+
+
+def fresh(started: Task.Started, policy: Policy) -> Task:
+    """An in-memory task as ``started`` began it, deciding by ``policy``
+    (unchained: it is never stored, so its events need no links)."""
+    task: Task = Task._create(
+        Task.Started,
+        task_id=started.task_id,
+        run_id=started.run_id,
+        agent=started.agent,
+        last_commit=started.last_commit,
+        policy=policy,
+        chain_prev=None,
+    )
+    task.collect_events()
+    return task
+
+
+def decision(events: Sequence[Any]) -> tuple[tuple[Any, ...], ...]:
+    """What is compared of the events one input produced: each event's type,
+    the failure count it records and the reason of a session it opens."""
+    found: list[tuple[Any, ...]] = []
+    for event in events:
+        session = getattr(event, "session", None)
+        found.append(
+            (
+                type(event).__name__,
+                getattr(event, "consecutive_failures", None),
+                session.reason if session is not None else None,
+            )
+        )
+    return tuple(found)
+
+
+def describe(events: Sequence[Any] | None, refused: str | None = None) -> str:
+    """``GateFailed(3) -> Escalated(max_retries)``, for a report."""
+    if events is None:
+        return f"refused: {refused}"
+    parts: list[str] = []
+    for name, count, reason in decision(events):
+        detail = ", ".join(str(x) for x in (count, reason) if x is not None)
+        parts.append(f"{name}({detail})" if detail else name)
+    return " -> ".join(parts) or "nothing"
+
+
+def groups(events: Iterable[Any]) -> Iterable[list[Any]]:
+    """Each input with the decisions recorded after it (``Started`` alone first)."""
+    group: list[Any] = []
+    for event in events:
+        if group and (is_input(event) or isinstance(group[0], Task.Started)):
+            yield group
+            group = []
+        group.append(event)
+    if group:
+        yield group
+
+
+# -------------------------------------------------------------- replay check
+
+
+class Difference(Value):
+    """An input whose decisions today's code takes differently."""
+
+    task_id: str
+    version: int
+    event: str
+    recorded: str
+    recomputed: str
+
+
+def replay_check(events: Iterable[Any]) -> list[Difference]:
+    """Re-decide one task's history under its recorded policy."""
+    differences: list[Difference] = []
+    recorded: Task | None = None
+    task: Task | None = None
+    for group in groups(events):
+        first = group[0]
+        if isinstance(first, Task.Started):
+            recorded = first.mutate(None)
+            task = fresh(first, first.policy)
+            continue
+        assert recorded is not None
+        assert task is not None
+        for event in group:
+            recorded = event.mutate(recorded)
+        refused: str | None = None
+        produced: list[Any] | None
+        try:
+            feed(task, first)
+            produced = list(task.collect_events())
+        except DevsError as error:
+            produced, refused = None, str(error)
+        if produced is None or decision(produced) != decision(group):
+            differences.append(
+                Difference(
+                    task_id=task_id_of(first.originator_id),
+                    version=first.originator_version,
+                    event=type(first).__name__,
+                    recorded=describe(group),
+                    recomputed=describe(produced, refused),
+                )
+            )
+            task = _copy(recorded)
+    return differences
+
+
+def _copy(recorded: Task) -> Task:
+    task = copy.deepcopy(recorded)
+    task._chained = False
+    task._chain_event = None
+    task._chain_head = None
+    return task
+
+
+# ------------------------------------------------------------------- what-if
+
+
+class Stop(Value):
+    """A stop for a human: at the input of this version."""
+
+    version: int
+    kind: StopKind
+
+
+class Course(Value):
+    """Where the ladder went in one task's history."""
+
+    stops: tuple[Stop, ...]
+    final_state: TaskState
+    failures_before_first_human: int | None
+    """Failures (failed gates, blocked attempts) before the first stop;
+    ``None`` when it never stopped."""
+
+    @property
+    def escalations(self) -> int:
+        return sum(1 for s in self.stops if s.kind == "escalation")
+
+    @property
+    def pauses(self) -> int:
+        return sum(1 for s in self.stops if s.kind == "pause")
+
+    @property
+    def handoffs(self) -> int:
+        return sum(1 for s in self.stops if s.kind == "hand_off")
+
+
+class TaskWhatIf(Value):
+    """One task: as recorded and as the other policy would have had it."""
+
+    task_id: str
+    events: int
+    recorded: Course
+    what_if: Course
+    assumed_resumes: int
+    """Stops of the other policy that no recorded human answered: counted as
+    answered at once, so the recorded inputs could go on."""
+    dropped_human_actions: int
+    """Recorded human answers to stops the other policy did not make."""
+    cut_at: int | None
+    """The version from which the recorded history would not have happened
+    (the other policy handed the task off before it)."""
+    changes: tuple[str, ...]
+    """Where the ladder would have gone otherwise, one line each."""
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes)
+
+
+def what_if(events: Sequence[Any], policy: Policy) -> TaskWhatIf:
+    """Re-decide one task's history (``events``, in order) under ``policy``."""
+    started = events[0]
+    assert isinstance(started, Task.Started)
+    recorded = _course_recorded(events)
+    task = fresh(started, policy)
+    stops: list[Stop] = []
+    failures = 0
+    first_human: int | None = None
+    assumed = dropped = 0
+    cut_at: int | None = None
+    for group in groups(events[1:]):
+        event = group[0]
+        version = event.originator_version
+        if isinstance(event, HUMAN_INPUTS):
+            try:
+                feed(task, event)
+                task.collect_events()
+            except DevsError:
+                dropped += 1
+            continue
+        if task.state in FINISHED or task.state is TaskState.HAND_OFF:
+            if not isinstance(event, Task.LessonLogged):
+                cut_at = version
+                break
+        elif task.pending_session is not None and not isinstance(
+            event, Task.LessonLogged
+        ):
+            task.resume(actor=ASSUMED_ACTOR, reason="assumed answered at once")
+            task.collect_events()
+            assumed += 1
+        try:
+            feed(task, event)
+        except DevsError:
+            dropped += 1
+            continue
+        for produced in task.collect_events():
+            if isinstance(produced, FAILURES):
+                failures += 1
+            kind = STOPS.get(type(produced))
+            if kind is not None:
+                stops.append(Stop(version=version, kind=kind))
+                if first_human is None:
+                    first_human = failures
+    alternative = Course(
+        stops=tuple(stops),
+        final_state=TaskState(task.state),
+        failures_before_first_human=first_human,
+    )
+    return TaskWhatIf(
+        task_id=started.task_id,
+        events=len(events),
+        recorded=recorded,
+        what_if=alternative,
+        assumed_resumes=assumed,
+        dropped_human_actions=dropped,
+        cut_at=cut_at,
+        changes=_changes(recorded, alternative, cut_at),
+    )
+
+
+def _course_recorded(events: Sequence[Any]) -> Course:
+    stops: list[Stop] = []
+    failures = 0
+    first_human: int | None = None
+    state = TaskState.RUNNING
+    input_version = 1
+    for event in events:
+        if is_input(event):
+            input_version = event.originator_version
+        if isinstance(event, TaskEvent):
+            state = event.state_after(state)
+        if isinstance(event, FAILURES):
+            failures += 1
+        kind = STOPS.get(type(event))
+        if kind is not None:
+            stops.append(Stop(version=input_version, kind=kind))
+            if first_human is None:
+                first_human = failures
+    return Course(
+        stops=tuple(stops), final_state=state, failures_before_first_human=first_human
+    )
+
+
+def _changes(
+    recorded: Course, alternative: Course, cut_at: int | None
+) -> tuple[str, ...]:
+    """Where the two courses part, in words: stops at other versions, stops
+    one of them never made."""
+    lines: list[str] = []
+    for kind in ("escalation", "pause", "hand_off"):
+        was = [s.version for s in recorded.stops if s.kind == kind]
+        would = [s.version for s in alternative.stops if s.kind == kind]
+        if was == would:
+            continue
+        name = kind.replace("_", "-")
+        if was and would:
+            lines.append(f"{name}s at {_versions(would)} instead of {_versions(was)}")
+        elif would:
+            lines.append(f"{name}s at {_versions(would)} (none recorded)")
+        else:
+            lines.append(f"no {name} (recorded at {_versions(was)})")
+    if cut_at is not None:
+        lines.append(
+            f"handed off before version {cut_at}: the recorded history from "
+            "there on would not have happened"
+        )
+    if recorded.final_state != alternative.final_state:
+        lines.append(
+            f"ends {alternative.final_state} instead of {recorded.final_state}"
+        )
+    return tuple(lines)
+
+
+def _versions(versions: Sequence[int]) -> str:
+    word = "version" if len(versions) == 1 else "versions"
+    return f"{word} {', '.join(str(v) for v in versions)}"

@@ -1,0 +1,296 @@
+"""Stuck detection: a score in [0, 1] derived from a task's recent failures.
+
+Pure code, no I/O. The referee calls :func:`assess` after every failed gate and
+every blocked attempt with the task's failures since its last pass (the new one
+last); the result is recorded in that failure's event.
+
+The window is the last :data:`WINDOW` failures (fewer when the policy's
+``failure_history_cap`` keeps fewer). Each failure is compared with the two
+before it (lag 1 and lag 2), so the work is linear in the window:
+
+- a strategy *revisits* when it is within the blacklist's Levenshtein distance
+  (:func:`devs.domain.blacklist.similar`) of the strategy one or two failures
+  back, or equals (after case folding and collapsing whitespace) any strategy
+  earlier in the window;
+- an error *revisits* when its error hash (the SHA-256 of the redacted output,
+  or of the error message when there is no output: identical outputs have
+  identical hashes) was seen earlier in the window.
+
+A failure whose output reports fewer failing tests than the failure before it
+(``3 failed`` after ``5 failed``, ``failures=1`` after ``failures=2``: the
+last such count in the output) *made progress*: it revisits nothing, whatever
+its strategy and error.
+
+``S`` is the number of trailing failures whose strategy revisits, ``E`` the
+number whose error revisits (counted back from the newest, stopping at the
+first that does not). The score is::
+
+    score = min(1, (S + E) / EVIDENCE)          # EVIDENCE = 4
+
+so three identical failures in a row score 1.0 (S = 2, E = 2), A-B-A-B
+alternation of strategy and error scores 1.0 at the fourth failure, and the
+same error four times with ever new strategies (no progress) scores 0.75. A
+failure that brings a new strategy *and* a new error ends both runs: the
+score drops to 0. The signals say which pattern drove the score, in words a
+human reads ("strategies alternate A-B-A-B; same error hash 3 times").
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Sequence
+from typing import Literal, NamedTuple
+
+from devs.domain import blacklist
+from devs.domain.model import Value
+
+WINDOW = 10
+"""Most recent failures (since the last pass) that the score looks at."""
+EVIDENCE = 4
+"""Trailing revisits (strategies and errors together) for a score of 1."""
+STUCK_AT = 0.75
+"""The score the detector's labelled corpus treats as stuck (the entropy
+gate's default threshold); in ``gate`` mode the policy's threshold decides."""
+
+SignalKind = Literal[
+    "strategy_repeat", "alternation", "error_repeat", "revisit", "no_progress"
+]
+
+
+class StuckSignal(Value):
+    """One pattern found in the window, with how many failures show it."""
+
+    kind: SignalKind
+    subject: Literal["strategy", "error"]
+    count: int
+    text: str
+
+
+class StuckAssessment(Value):
+    """A stuck score, the window it looked at and the signals behind it."""
+
+    score: float
+    window: int
+    strategy_revisits: int
+    error_revisits: int
+    signals: tuple[StuckSignal, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        """The signals in one line, or ``"no repetition"``."""
+        return "; ".join(s.text for s in self.signals) or "no repetition"
+
+
+class Attempted(NamedTuple):
+    """What the detector reads of one failure (a plain tuple: the referee
+    builds ten of them per decision)."""
+
+    strategy: str | None
+    error_hash: str
+    failing: int | None = None
+    """How many tests failed, when the output says (:func:`failing_tests`)."""
+
+
+# Bounded digits, no nested repetition: linear in the text.
+_FAILING = re.compile(
+    r"\b(\d{1,9}) (?:failed|failures?|failing|errors?)\b|\bfailures=(\d{1,9})",
+    re.IGNORECASE,
+)
+
+
+def failing_tests(output: str) -> int | None:
+    """The last failing-test count an output reports (``3 failed``,
+    ``failures=3``, ``3 failing``, ``3 errors``), if any."""
+    found: int | None = None
+    for match in _FAILING.finditer(output):
+        found = int(match.group(1) or match.group(2))
+    return found
+
+
+def assess(failures: Sequence[Attempted]) -> StuckAssessment:
+    """The stuck score of ``failures`` (oldest first, the newest last)."""
+    window = list(failures[-WINDOW:])
+    progress = _progress(window)
+    strategies = _letters(window, _same_strategy, _strategy_key, progress)
+    errors = _letters(
+        window, lambda a, b: a.error_hash == b.error_hash, _error_key, progress
+    )
+    s_run = _trailing_revisits(strategies)
+    e_run = _trailing_revisits(errors)
+    signals = (
+        *_signals("strategy", strategies, s_run),
+        *_signals("error", errors, e_run),
+    )
+    if e_run >= 2 and s_run == 0:
+        signals = (
+            *signals,
+            StuckSignal.of(
+                {
+                    "kind": "no_progress",
+                    "subject": "error",
+                    "count": e_run,
+                    "text": f"no progress: {e_run} new strategies brought no new error",
+                }
+            ),
+        )
+    return StuckAssessment.of(
+        {
+            "score": min(1.0, (s_run + e_run) / EVIDENCE),
+            "window": len(window),
+            "strategy_revisits": s_run,
+            "error_revisits": e_run,
+            "signals": signals,
+        }
+    )
+
+
+# ----------------------------------------------------------------- internals
+
+Letters = list[tuple[int, bool, int]]
+"""Per failure: the cluster it belongs to (0, 1, …), whether it revisits, and
+the index of the failure it revisits (its own when it does not)."""
+
+
+def _strategy_key(item: Attempted) -> str | None:
+    return _normalised(item.strategy) if item.strategy else None
+
+
+# The window slides by one failure per decision: the same strategies and the
+# same pairs of them come back up to WINDOW times, so their keys and distances
+# are kept (bounded caches; the strings are shared, not copied).
+@functools.lru_cache(maxsize=1024)
+def _normalised(strategy: str) -> str:
+    return " ".join(strategy.casefold().split())
+
+
+@functools.lru_cache(maxsize=4096)
+def _similar(a: str, b: str) -> bool:
+    return a == b or blacklist.similar(a, b)
+
+
+def _error_key(item: Attempted) -> str | None:
+    return item.error_hash
+
+
+def _same_strategy(a: Attempted, b: Attempted) -> bool:
+    if not a.strategy or not b.strategy:
+        return False
+    return _similar(a.strategy, b.strategy)
+
+
+def _progress(window: Sequence[Attempted]) -> list[bool]:
+    """Per failure: whether it reports fewer failing tests than the one before."""
+    made = [False] * len(window)
+    for i in range(1, len(window)):
+        now, before = window[i].failing, window[i - 1].failing
+        made[i] = now is not None and before is not None and now < before
+    return made
+
+
+def _letters(
+    window: Sequence[Attempted],
+    same: Callable[[Attempted, Attempted], bool],
+    key: Callable[[Attempted], str | None],
+    progress: Sequence[bool],
+) -> Letters:
+    """Give each failure a cluster letter: the one of the failure one or two
+    back when ``same`` says so, else the one of an earlier failure with the
+    same ``key``, else a new one. Linear: two comparisons and one dict lookup
+    per failure."""
+    letters: Letters = []
+    seen: dict[str, tuple[int, int]] = {}
+    clusters = 0
+    for i, item in enumerate(window):
+        letter: int | None = None
+        ref = i
+        for lag in (1, 2):
+            if i >= lag and same(item, window[i - lag]):
+                letter, ref = letters[i - lag][0], i - lag
+                break
+        k = key(item)
+        if letter is None and k is not None and k in seen:
+            letter, ref = seen[k]
+        revisit = letter is not None and not progress[i]
+        if letter is None:
+            letter = clusters
+            clusters += 1
+        if k is not None:
+            seen.setdefault(k, (letter, i))
+        letters.append((letter, revisit, ref))
+    return letters
+
+
+def _trailing_revisits(letters: Letters) -> int:
+    run = 0
+    for _, revisit, _ in reversed(letters):
+        if not revisit:
+            break
+        run += 1
+    return run
+
+
+def _all_same(letters: Letters) -> bool:
+    return len({c for c, _, _ in letters}) <= 1
+
+
+def _pattern(letters: Letters) -> str:
+    names: dict[int, str] = {}
+    for cluster, _, _ in letters:
+        names.setdefault(cluster, _name(len(names)))
+    return "-".join(names[c] for c, _, _ in letters)
+
+
+def _name(n: int) -> str:
+    return chr(ord("A") + n) if n < 26 else f"#{n + 1}"
+
+
+def _signals(
+    subject: Literal["strategy", "error"], letters: Letters, run: int
+) -> tuple[StuckSignal, ...]:
+    """What the trailing run of revisits looks like, in words."""
+    if run == 0:
+        return ()
+    # From the earliest failure the run revisits: A-B-A-B, not B-A-B.
+    start = min(ref for _, _, ref in letters[-run:])
+    tail = letters[start:]
+    clusters = [c for c, _, _ in tail]
+    noun = "strategy" if subject == "strategy" else "error hash"
+    if _all_same(tail):
+        return (
+            StuckSignal.of(
+                {
+                    "kind": "strategy_repeat"
+                    if subject == "strategy"
+                    else "error_repeat",
+                    "subject": subject,
+                    "count": len(tail),
+                    "text": f"same {noun} {len(tail)} times",
+                }
+            ),
+        )
+    alternating = len(set(clusters)) == 2 and all(
+        clusters[i] != clusters[i - 1] for i in range(1, len(clusters))
+    )
+    plural = "strategies" if subject == "strategy" else "error hashes"
+    if alternating:
+        return (
+            StuckSignal.of(
+                {
+                    "kind": "alternation",
+                    "subject": subject,
+                    "count": len(tail),
+                    "text": f"{plural} alternate {_pattern(tail)}",
+                }
+            ),
+        )
+    return (
+        StuckSignal.of(
+            {
+                "kind": "revisit",
+                "subject": subject,
+                "count": len(tail),
+                "text": f"{plural} revisit earlier ones {_pattern(tail)}",
+            }
+        ),
+    )

@@ -1,0 +1,388 @@
+"""Audit on both backends: the hash chain catches edited, deleted and reordered
+events by task and version; exports check offline; the replay check passes on
+the fixture written by this release and on 0.1.0's; what-if writes nothing."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+
+from devs.domain import InvalidInput, Policy, RecoveryService, UnknownRun, UnknownTask
+from devs.domain.audit import verify_export
+from tests.conftest import MakeService
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+Execute = Callable[[str, tuple[Any, ...]], list[Any]]
+
+
+@pytest.fixture
+def execute(backend: dict[str, str]) -> Iterator[Execute]:
+    """Runs SQL on the backend's database behind the service's back (``?``
+    placeholders), as someone editing the log by hand would."""
+    if "SQLITE_DBNAME" in backend:
+        connection = sqlite3.connect(backend["SQLITE_DBNAME"])
+
+        def run_sqlite(sql: str, params: tuple[Any, ...]) -> list[Any]:
+            rows = connection.execute(sql, params).fetchall()
+            connection.commit()
+            return rows
+
+        yield run_sqlite
+        connection.close()
+        return
+    with psycopg.connect(backend["DEVS_DATABASE_URL"], autocommit=True) as pg:
+
+        def run_pg(sql: str, params: tuple[Any, ...]) -> list[Any]:
+            cursor = pg.execute(sql.replace("?", "%s"), params)
+            return cursor.fetchall() if cursor.description else []
+
+        yield run_pg
+
+
+def _history(service: RecoveryService, task_id: str = "t") -> None:
+    service.start_task(task_id, agent="coder", last_commit="c0")
+    for i in range(3):
+        service.begin_attempt(task_id, "retry the download")
+        service.record_gate(task_id, 1, output=f"ConnectionError {i % 2}")
+    service.resume(task_id, actor="ann", reason="mirror is back")
+    service.begin_attempt(task_id, "use the other mirror")
+    service.record_gate(task_id, 0)
+    service.tasks()  # a query: the read models fold the log (and keep its heads)
+
+
+def _table(service: RecoveryService) -> str:
+    return str(service.recorder.events_table_name)  # type: ignore[attr-defined]
+
+
+def _state(execute: Execute, table: str, version: int) -> bytes:
+    [(state,)] = execute(
+        f"SELECT state FROM {table} WHERE originator_id = ? AND originator_version = ?",
+        ("task:t", version),
+    )
+    return bytes(state)
+
+
+def _set_state(execute: Execute, table: str, version: int, state: bytes) -> None:
+    execute(
+        f"UPDATE {table} SET state = ? WHERE originator_id = ? "
+        "AND originator_version = ?",
+        (state, "task:t", version),
+    )
+
+
+def _problems(make_service: MakeService) -> list[str]:
+    report = make_service().verify()
+    assert not report.ok
+    return [p for p in report.problems if p.startswith("task 't'")]
+
+
+def test_an_untouched_log_verifies(make_service: MakeService) -> None:
+    service = make_service()
+    _history(service)
+    _history(service, "u")
+    report = service.verify()
+    assert report.ok, report.problems
+    assert report.chains == {"intact": 2, "unchained": 0, "broken": 0}
+    audit = service.audit("t")
+    assert audit.chain.state == "intact"
+    assert audit.chain.head == audit.entries[-1].hash
+    assert audit.entries[0].chain_prev == "task:t"
+    for before, after in zip(audit.entries, audit.entries[1:], strict=False):
+        assert after.chain_prev == before.hash
+    assert [e.actor for e in audit.entries if e.actor] == ["ann"]
+
+
+def test_an_edited_event_is_named(make_service: MakeService, execute: Execute) -> None:
+    service = make_service()
+    _history(service)
+    table = _table(service)
+    state = _state(execute, table, 3)
+    _set_state(
+        execute, table, 3, state.replace(b"ConnectionError 0", b"all fine!!!!!!!!")
+    )
+    assert _problems(make_service) == [
+        "task 't': version 3 does not match the hash recorded at version 4 "
+        "(version 3 or 4 was edited, deleted or reordered)"
+    ]
+
+
+def test_an_edited_last_event_is_caught_by_the_head(
+    make_service: MakeService, execute: Execute
+) -> None:
+    service = make_service()
+    _history(service)
+    last = service.task("t").version
+    table = _table(service)
+    state = _state(execute, table, last)
+    _set_state(execute, table, last, state.replace(b"other mirror", b"own mirror!!"))
+    problems = _problems(make_service)
+    assert (
+        f"task 't': version {last} does not match the hash kept for it" in (problems[0])
+    )
+
+
+def test_a_deleted_event_is_named(make_service: MakeService, execute: Execute) -> None:
+    service = make_service()
+    _history(service)
+    table = _table(service)
+    execute(
+        f"DELETE FROM {table} WHERE originator_id = ? AND originator_version = ?",
+        ("task:t", 5),
+    )
+    assert _problems(make_service) == [
+        "task 't': version 5 expected, found version 6 (an event was deleted)"
+    ]
+
+
+def test_a_deleted_last_event_is_named(
+    make_service: MakeService, execute: Execute
+) -> None:
+    service = make_service()
+    _history(service)
+    last = service.task("t").version
+    execute(
+        f"DELETE FROM {_table(service)} WHERE originator_id = ? "
+        "AND originator_version = ?",
+        ("task:t", last),
+    )
+    problems = _problems(make_service)
+    assert problems[0].startswith(
+        f"task 't': its events end at version {last - 1} but version {last} "
+        "was recorded"
+    )
+
+
+def test_reordered_events_are_named(
+    make_service: MakeService, execute: Execute
+) -> None:
+    service = make_service()
+    _history(service)
+    table = _table(service)
+    three, five = _state(execute, table, 3), _state(execute, table, 5)
+    # Swap two failures' bodies, versions fixed to fit their new places.
+    _set_state(
+        execute,
+        table,
+        3,
+        five.replace(b'"originator_version":5', b'"originator_version":3'),
+    )
+    _set_state(
+        execute,
+        table,
+        5,
+        three.replace(b'"originator_version":3', b'"originator_version":5'),
+    )
+    problems = _problems(make_service)
+    assert problems[0].startswith(
+        "task 't': version 2 does not match the hash recorded at version 3"
+    )
+
+
+def test_export_and_verify_it_offline(
+    make_service: MakeService, tmp_path: Path
+) -> None:
+    service = make_service()
+    _history(service)
+    _history(service, "u")
+    lines = [orjson.dumps(line) for line in service.export()]
+    header = orjson.loads(lines[0])
+    assert header["format"] == "devs-audit"
+    assert set(header["tasks"]) == {"t", "u"}
+    results, problem = verify_export(lines)
+    assert problem is None
+    assert {r.task_id: r.state for r in results} == {"t": "intact", "u": "intact"}
+    only_t = [orjson.dumps(line) for line in service.export(["t"])]
+    assert set(orjson.loads(only_t[0])["tasks"]) == {"t"}
+    assert len(only_t) == 1 + service.task("t").version
+    with pytest.raises(UnknownTask):
+        list(service.export(["nope"]))
+
+
+def _exported(service: RecoveryService) -> list[bytes]:
+    return [orjson.dumps(line) for line in service.export()]
+
+
+def test_verify_export_names_the_first_broken_link(tmp_path: Path) -> None:
+    with RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "x.sqlite")}) as service:
+        _history(service)
+        lines = _exported(service)
+    edited = list(lines)
+    line = orjson.loads(edited[3])
+    line["event"]["failure"]["exit_code"] = 0
+    edited[3] = orjson.dumps(line)
+    assert verify_export(edited)[1] == (
+        "line 4: task 't' version 3 does not match its recorded hash "
+        "(the event was edited)"
+    )
+    # Edited with its hash recomputed: the next link breaks.
+    from devs.domain.chain import body_hash
+
+    line["hash"] = body_hash(line["topic"], line["event"])
+    edited[3] = orjson.dumps(line)
+    assert verify_export(edited)[1] == (
+        "line 5: task 't': version 3 does not match the hash recorded at version "
+        "4 (version 3 or 4 was edited, deleted or reordered)"
+    )
+    assert verify_export([*lines[:3], *lines[4:]])[1] == (
+        "line 4: task 't': version 3 expected, found version 4 (an event was deleted)"
+    )
+    assert "were deleted" in str(verify_export(lines[:-1])[1])
+    assert verify_export([])[1] == "the file is empty: no header"
+    assert verify_export([b"{}"])[1] == (
+        "line 1 is not a devs-audit header; the file was not written by devs export"
+    )
+    assert str(verify_export([lines[0], b"{not json"])[1]).startswith(
+        "line 2 is not JSON"
+    )
+
+
+def test_histories_before_the_chain_are_unchained_not_broken(tmp_path: Path) -> None:
+    db = tmp_path / "old.sqlite"
+    shutil.copy(FIXTURES / "v0.1.0.sqlite", db)
+    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as old:
+        report = old.verify()
+        assert report.ok, report.problems
+        assert report.chains["unchained"] == 32
+        assert report.chains["broken"] == 0
+        results, problem = verify_export(_exported(old))
+        assert problem is None
+        assert {r.state for r in results} == {"unchained"}
+        assert old.audit("n00").chain.state == "unchained"
+        # An old task goes on unchained: it does not start a chain halfway.
+        task_id = next(e.task_id for e in old.tasks() if e.state != "COMPLETED")
+        old.log_lesson(task_id, "a later lesson", "why")
+        assert old.verify().ok
+
+
+def test_the_replay_check_passes_on_the_fixture_of_this_release(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "fixture.sqlite"
+    shutil.copy(FIXTURES / "replay-check.sqlite", db)
+    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as app:
+        report = app.replay_check()
+        assert report.ok, report.differences
+        assert (report.tasks, report.events) == (7, 74)
+        verification = app.verify()
+        assert verification.ok, verification.problems
+        assert verification.chains == {"intact": 7, "unchained": 0, "broken": 0}
+        # what-if on it is stable too: the totals this release computed.
+        what_if = app.what_if(Policy(stuck_detection="gate"))
+        assert (what_if.recorded.escalations, what_if.what_if.escalations) == (6, 7)
+        assert sorted(t.task_id for t in what_if.changed) == [
+            "looping",
+            "progressing",
+            "strict",
+            "unobserved",
+        ]
+
+
+def test_the_replay_check_passes_on_0_1_0_histories(tmp_path: Path) -> None:
+    db = tmp_path / "old.sqlite"
+    shutil.copy(FIXTURES / "v0.1.0.sqlite", db)
+    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as old:
+        report = old.replay_check()
+        assert report.ok, report.differences
+        assert report.tasks == 32
+
+
+def test_what_if_writes_nothing_and_filters(make_service: MakeService) -> None:
+    service = make_service()
+    service.start_run("r", {"u": []})
+    _history(service)
+    service.start_task("u", run_id="r")
+    service.start_task("v")
+    before = service.recorder.max_notification_id()
+    report = service.what_if(Policy(escalation_threshold=2))
+    assert service.recorder.max_notification_id() == before
+    assert report.tasks == 3
+    [changed] = report.changed
+    assert changed.task_id == "t"
+    assert changed.changes[0] == "escalations at versions 5, 7 instead of version 7"
+    assert service.what_if(Policy(), task_ids=["t"]).changed == []
+    assert service.what_if(Policy(), run_id="r").tasks == 1
+    with pytest.raises(UnknownTask):
+        service.what_if(Policy(), task_ids=["nope"])
+    with pytest.raises(UnknownRun):
+        service.what_if(Policy(), run_id="nope")
+    with pytest.raises(InvalidInput, match="policy"):
+        service.what_if({"escalation_threshold": 0})  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="task_ids"):
+        service.what_if(Policy(), task_ids=["\x00"])
+
+
+def test_the_replay_check_reports_a_changed_decision(
+    make_service: MakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from devs.domain.task import Task
+
+    service = make_service()
+    _history(service)
+    assert service.replay_check().ok
+    monkeypatch.setattr(Task, "_escalate", lambda self, session, report: None)
+    report = service.replay_check()
+    assert not report.ok
+    [difference] = report.differences
+    assert (difference.task_id, difference.version, difference.event) == (
+        "t",
+        7,
+        "GateFailed",
+    )
+    assert difference.recorded == "GateFailed(3) -> Escalated(max_retries)"
+    assert difference.recomputed == "GateFailed(3)"
+
+
+def test_metrics_count_stuck_tasks_and_their_signals(
+    make_service: MakeService,
+) -> None:
+    service = make_service()
+    # t: the same strategy three times, errors X-Y-X: S = 2, E = 1, 0.75
+    _history(service)
+    service.start_task("u")
+    ideas = ("rewrite the parser", "add a tokenizer first", "mock the clock")
+    for i, idea in enumerate(ideas):  # new strategies, new errors: never stuck
+        service.begin_attempt("u", idea)
+        service.record_gate("u", 1, output=f"error {i}")
+    figures = service.metrics()
+    assert figures.stuck_tasks == 1
+    assert (figures.stuck_score.count, figures.stuck_score.p90) == (2, 0.75)
+    assert figures.stuck_score.p50 == 0.0
+    assert figures.stuck_signals == {"alternation": 1, "strategy_repeat": 1}
+    service.rebuild_projections("metrics")
+    assert service.metrics() == figures
+    assert service.verify().ok
+
+
+def test_a_postgresql_database_of_the_last_release_takes_the_new_columns(
+    pg_url: str,
+) -> None:
+    """Tables made before the chain head and stuck scores existed get their
+    columns when the service opens them; a rebuild refolds the rows."""
+    with RecoveryService(env={"DEVS_DATABASE_URL": pg_url}) as service:
+        _history(service)
+    with psycopg.connect(pg_url, autocommit=True) as pg:
+        for statement in (
+            "ALTER TABLE tasks DROP COLUMN version",
+            "ALTER TABLE tasks DROP COLUMN chain_head",
+            "ALTER TABLE tasks DROP COLUMN stuck_score",
+            "ALTER TABLE metrics_tasks DROP COLUMN max_stuck",
+            "DROP TABLE metrics_stuck_signals",
+        ):
+            pg.execute(statement)
+    with RecoveryService(env={"DEVS_DATABASE_URL": pg_url}) as upgraded:
+        _history(upgraded, "u")  # the new folds write the new columns
+        assert [e.task_id for e in upgraded.tasks()] == ["t", "u"]
+        report = upgraded.verify()
+        assert not report.ok  # t's rows were folded without the new columns
+        assert report.chains["intact"] == 2
+        upgraded.rebuild_projections()
+        assert upgraded.verify().ok
+        assert [e.stuck_score for e in upgraded.tasks()] == [None, None]
