@@ -154,20 +154,32 @@ def store_rows(path: Path, events: int) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _windows(hostile: bool) -> list[list[Attempted]]:
+    """REPEAT windows of WINDOW failures, each with strings of its own (the
+    detector keeps recent distances: a window measured again would hit them)."""
+    windows = []
+    for r in range(REPEAT):
+        if hostile:  # 4,000 characters, each a few edits from the last
+            text = f"{r:04d}" + "a" * 3996
+            window = []
+            for i in range(WINDOW):
+                text = text[: 10 + i] + "b" + text[11 + i :]
+                window.append(Attempted(strategy=text, error_hash=str(i)))
+        else:
+            window = [
+                Attempted(strategy=f"strategy {r} {i % 3}", error_hash=str(i % 2))
+                for i in range(WINDOW)
+            ]
+        windows.append(window)
+    return windows
+
+
 def assess_rows() -> list[tuple[str, str, str]]:
-    hostile = []
-    text = "a" * 4000
-    for i in range(WINDOW):
-        text = text[:i] + "b" + text[i + 1 :]
-        hostile.append(Attempted(strategy=text, error_hash=str(i)))
-    ordinary = [
-        Attempted(strategy=f"strategy {i % 3}", error_hash=str(i % 2))
-        for i in range(WINDOW)
-    ]
     rows = []
-    for name, window in (("ordinary", ordinary), ("hostile", hostile)):
+    for name, hostile in (("ordinary", False), ("hostile", True)):
+        windows = _windows(hostile)
         start = time.perf_counter()
-        for _ in range(REPEAT):
+        for window in windows:
             assess(window)
         seconds = time.perf_counter() - start
         rows.append(

@@ -318,42 +318,37 @@ class Audits:
     # ---------------------------------------------------------------- export
 
     def _export(self, task_ids: Sequence[str] | None) -> Iterator[dict[str, Any]]:
-        """The audit record, one JSON-ready line at a time: a header naming the
-        format and every task's head, then each task's events in order."""
-        chosen = self._examined(task_ids, None)
+        """The audit record, one JSON-ready line at a time, streamed: a
+        header naming the format, each task's events in order, then a
+        trailer with every task's event count and chain head."""
+        chosen = self._examined(task_ids, None)  # unknown ids refused now
+        return self._export_lines(chosen)
+
+    def _export_lines(self, chosen: Sequence[str]) -> Iterator[dict[str, Any]]:
+        yield {"format": EXPORT_FORMAT, "version": EXPORT_VERSION}
         heads: dict[str, Any] = {}
-        lines: list[dict[str, Any]] = []
         for task_id in chosen:
             checker = chain.ChainChecker()
             for stored in self.recorder.select_events(Task.create_id(task_id)):
                 body = self._body(stored)
                 checker.feed(task_id, stored.originator_version, stored.topic, body)
                 chained = body.get("chain_prev") is not None
-                lines.append(
-                    {
-                        "task_id": task_id,
-                        "version": stored.originator_version,
-                        "topic": stored.topic,
-                        "actor": body.get("actor"),
-                        "chain_prev": body.get("chain_prev"),
-                        "hash": chain.body_hash(stored.topic, body)
-                        if chained
-                        else None,
-                        "event": body,
-                    }
-                )
+                yield {
+                    "task_id": task_id,
+                    "version": stored.originator_version,
+                    "topic": stored.topic,
+                    "actor": body.get("actor"),
+                    "chain_prev": body.get("chain_prev"),
+                    "hash": chain.body_hash(stored.topic, body) if chained else None,
+                    "event": body,
+                }
             [status] = checker.results()
             heads[task_id] = {
                 "events": status.events,
                 "state": status.state,
                 "head": status.head,
             }
-        yield {
-            "format": EXPORT_FORMAT,
-            "version": EXPORT_VERSION,
-            "tasks": heads,
-        }
-        yield from lines
+        yield {"format": EXPORT_FORMAT, "end": True, "tasks": heads}
 
 
 def verify_export(
@@ -362,12 +357,13 @@ def verify_export(
     """Check an exported audit record (its lines, as bytes), with no database.
 
     Returns every task's chain status and the first problem (``None`` when the
-    file is intact): a line that is not JSON, a header missing, a line whose
-    hash is not its event's, a broken link, a task whose events end before the
-    head the header names.
+    file is intact): a line that is not JSON, a header or trailer missing, a
+    line whose hash is not its event's, a broken link, a task whose events end
+    before the head the trailer names.
     """
     checker = chain.ChainChecker()
-    header: dict[str, Any] | None = None
+    header = False
+    trailer: dict[str, Any] | None = None
     first_problem: str | None = None
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
@@ -378,15 +374,20 @@ def verify_export(
             return checker.results(), f"line {number} is not JSON: {error}"
         if not isinstance(line, dict):
             return checker.results(), f"line {number} is not a JSON object"
-        if header is None:
-            if line.get("format") != EXPORT_FORMAT or not isinstance(
-                line.get("tasks"), dict
-            ):
+        if not header:
+            if line.get("format") != EXPORT_FORMAT or line.get("end"):
                 return checker.results(), (
                     f"line {number} is not a {EXPORT_FORMAT} header; "
                     "the file was not written by devs export"
                 )
-            header = line
+            header = True
+            continue
+        if trailer is not None:
+            return checker.results(), f"line {number} follows the trailer"
+        if line.get("end") is True and line.get("format") == EXPORT_FORMAT:
+            if not isinstance(line.get("tasks"), dict):
+                return checker.results(), f"line {number}: the trailer lacks tasks"
+            trailer = line
             continue
         try:
             task_id = str(line["task_id"])
@@ -412,9 +413,14 @@ def verify_export(
         checker.feed(task_id, version, topic, body)
         if first_problem is None and (problem := checker.problem(task_id)):
             first_problem = f"line {number}: {problem}"
-    if header is None:
+    if not header:
         return checker.results(), "the file is empty: no header"
-    tasks: dict[str, Any] = header["tasks"]
+    if trailer is None:
+        return checker.results(), (
+            "the file has no trailer: it was cut short (events at its end may "
+            "have been deleted)"
+        )
+    tasks: dict[str, Any] = trailer["tasks"]
     for task_id, summary in tasks.items():
         if isinstance(summary, dict):
             checker.expect_head(
@@ -425,13 +431,13 @@ def verify_export(
     for task_id in tasks:
         if task_id not in exported:
             first_problem = first_problem or (
-                f"task {task_id!r} is named in the header but none of its "
+                f"task {task_id!r} is named in the trailer but none of its "
                 "events are in the file (they were deleted)"
             )
     for status in results:
         if status.task_id not in tasks:
             first_problem = first_problem or (
-                f"task {status.task_id!r} is in the file but not in its header"
+                f"task {status.task_id!r} is in the file but not in its trailer"
             )
     broken = next((r for r in results if r.state == "broken"), None)
     if first_problem is None and broken is not None:

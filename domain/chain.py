@@ -65,8 +65,17 @@ def body_hash(topic: str, body: dict[str, Any]) -> str:
 
 
 def event_hash(event: Any) -> str:
-    """The SHA-256 of a domain event (a pydantic model), as stored."""
-    return body_hash(get_topic(type(event)), event.model_dump(mode="json"))
+    """The SHA-256 of a domain event (a pydantic model), as stored.
+
+    The same canonical form as :func:`body_hash` of its stored body, built
+    faster: pydantic leaves the nulls out as it writes the JSON, and orjson
+    sorts the keys (no Python walk over the body).
+    """
+    cls = type(event)
+    written = cls.__pydantic_serializer__.to_json(event, exclude_none=True)
+    body = orjson.loads(written)
+    body["topic"] = canonical_topic(get_topic(cls))
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 class ChainStatus(Value):

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
-from typing import Literal, NamedTuple
+from collections.abc import Sequence
+from typing import Literal, NamedTuple, Protocol
 
 from devs.domain import blacklist
 from devs.domain.model import Value
@@ -58,11 +58,14 @@ SignalKind = Literal[
 ]
 
 
+Subject = Literal["strategy", "error"]
+
+
 class StuckSignal(Value):
     """One pattern found in the window, with how many failures show it."""
 
     kind: SignalKind
-    subject: Literal["strategy", "error"]
+    subject: Subject
     count: int
     text: str
 
@@ -82,13 +85,23 @@ class StuckAssessment(Value):
         return "; ".join(s.text for s in self.signals) or "no repetition"
 
 
+class Failure(Protocol):
+    """What the detector reads of one failure (a task's ``FailureRecord``)."""
+
+    @property
+    def strategy(self) -> str | None: ...
+    @property
+    def error_hash(self) -> str: ...
+    @property
+    def failing_tests(self) -> int | None: ...
+
+
 class Attempted(NamedTuple):
-    """What the detector reads of one failure (a plain tuple: the referee
-    builds ten of them per decision)."""
+    """A :class:`Failure` built by hand (tests, benchmarks)."""
 
     strategy: str | None
     error_hash: str
-    failing: int | None = None
+    failing_tests: int | None = None
     """How many tests failed, when the output says (:func:`failing_tests`)."""
 
 
@@ -108,14 +121,22 @@ def failing_tests(output: str) -> int | None:
     return found
 
 
-def assess(failures: Sequence[Attempted]) -> StuckAssessment:
+def assess(failures: Sequence[Failure]) -> StuckAssessment:
     """The stuck score of ``failures`` (oldest first, the newest last)."""
-    window = list(failures[-WINDOW:])
-    progress = _progress(window)
-    strategies = _letters(window, _same_strategy, _strategy_key, progress)
-    errors = _letters(
-        window, lambda a, b: a.error_hash == b.error_hash, _error_key, progress
+    window = failures[-WINDOW:]
+    # A looping agent sends the same window again and again: kept, bounded.
+    return _assess(
+        tuple(Attempted(f.strategy, f.error_hash, f.failing_tests) for f in window)
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _assess(window: tuple[Attempted, ...]) -> StuckAssessment:
+    progress = _progress(window)
+    raw = [f.strategy or None for f in window]
+    strategies = _letters(raw, [_normalised(s) if s else None for s in raw], progress)
+    hashes: list[str | None] = [f.error_hash for f in window]
+    errors = _letters(hashes, hashes, progress, fuzzy=False)
     s_run = _trailing_revisits(strategies)
     e_run = _trailing_revisits(errors)
     signals = (
@@ -125,35 +146,53 @@ def assess(failures: Sequence[Attempted]) -> StuckAssessment:
     if e_run >= 2 and s_run == 0:
         signals = (
             *signals,
-            StuckSignal.of(
-                {
-                    "kind": "no_progress",
-                    "subject": "error",
-                    "count": e_run,
-                    "text": f"no progress: {e_run} new strategies brought no new error",
-                }
+            _signal(
+                "no_progress",
+                "error",
+                e_run,
+                f"no progress: {e_run} new strategies brought no new error",
             ),
         )
-    return StuckAssessment.of(
-        {
-            "score": min(1.0, (s_run + e_run) / EVIDENCE),
-            "window": len(window),
-            "strategy_revisits": s_run,
-            "error_revisits": e_run,
-            "signals": signals,
-        }
+    return _assessment(
+        min(1.0, (s_run + e_run) / EVIDENCE), len(window), s_run, e_run, signals
     )
 
 
 # ----------------------------------------------------------------- internals
 
+# Scores and signals are immutable values drawn from a small set (runs of at
+# most WINDOW, a few patterns): each is built once, as gate results are.
+
+
+@functools.lru_cache(maxsize=4096)
+def _signal(kind: SignalKind, subject: Subject, count: int, text: str) -> StuckSignal:
+    return StuckSignal.of(
+        {"kind": kind, "subject": subject, "count": count, "text": text}
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _assessment(
+    score: float,
+    window: int,
+    strategy_revisits: int,
+    error_revisits: int,
+    signals: tuple[StuckSignal, ...],
+) -> StuckAssessment:
+    return StuckAssessment.of(
+        {
+            "score": score,
+            "window": window,
+            "strategy_revisits": strategy_revisits,
+            "error_revisits": error_revisits,
+            "signals": signals,
+        }
+    )
+
+
 Letters = list[tuple[int, bool, int]]
 """Per failure: the cluster it belongs to (0, 1, …), whether it revisits, and
 the index of the failure it revisits (its own when it does not)."""
-
-
-def _strategy_key(item: Attempted) -> str | None:
-    return _normalised(item.strategy) if item.strategy else None
 
 
 # The window slides by one failure per decision: the same strategies and the
@@ -165,52 +204,49 @@ def _normalised(strategy: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _similar(a: str, b: str) -> bool:
-    return a == b or blacklist.similar(a, b)
+def _similar(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and (a == b or blacklist.similar(a, b))
 
 
-def _error_key(item: Attempted) -> str | None:
-    return item.error_hash
-
-
-def _same_strategy(a: Attempted, b: Attempted) -> bool:
-    if not a.strategy or not b.strategy:
-        return False
-    return _similar(a.strategy, b.strategy)
-
-
-def _progress(window: Sequence[Attempted]) -> list[bool]:
+def _progress(window: Sequence[Failure]) -> list[bool]:
     """Per failure: whether it reports fewer failing tests than the one before."""
     made = [False] * len(window)
     for i in range(1, len(window)):
-        now, before = window[i].failing, window[i - 1].failing
+        now, before = window[i].failing_tests, window[i - 1].failing_tests
         made[i] = now is not None and before is not None and now < before
     return made
 
 
 def _letters(
-    window: Sequence[Attempted],
-    same: Callable[[Attempted, Attempted], bool],
-    key: Callable[[Attempted], str | None],
+    values: Sequence[str | None],
+    keys: Sequence[str | None],
     progress: Sequence[bool],
+    *,
+    fuzzy: bool = True,
 ) -> Letters:
     """Give each failure a cluster letter: the one of the failure one or two
-    back when ``same`` says so, else the one of an earlier failure with the
-    same ``key``, else a new one. Linear: two comparisons and one dict lookup
+    back when it is the same (equal keys, or, ``fuzzy``, values within the
+    blacklist's distance), else the one of an earlier failure with an equal
+    key, else a new one. Linear: at most two comparisons and one dict lookup
     per failure."""
     letters: Letters = []
     seen: dict[str, tuple[int, int]] = {}
     clusters = 0
-    for i, item in enumerate(window):
+    for i, k in enumerate(keys):
         letter: int | None = None
         ref = i
-        for lag in (1, 2):
-            if i >= lag and same(item, window[i - lag]):
-                letter, ref = letters[i - lag][0], i - lag
-                break
-        k = key(item)
-        if letter is None and k is not None and k in seen:
-            letter, ref = seen[k]
+        if k is not None:
+            for lag in (1, 2):
+                if i < lag:
+                    break
+                other = keys[i - lag]
+                if other is not None and (
+                    other == k or (fuzzy and _similar(values[i], values[i - lag]))
+                ):
+                    letter, ref = letters[i - lag][0], i - lag
+                    break
+            if letter is None and k in seen:
+                letter, ref = seen[k]
         revisit = letter is not None and not progress[i]
         if letter is None:
             letter = clusters
@@ -237,7 +273,8 @@ def _all_same(letters: Letters) -> bool:
 def _pattern(letters: Letters) -> str:
     names: dict[int, str] = {}
     for cluster, _, _ in letters:
-        names.setdefault(cluster, _name(len(names)))
+        if cluster not in names:
+            names[cluster] = _name(len(names))
     return "-".join(names[c] for c, _, _ in letters)
 
 
@@ -258,15 +295,11 @@ def _signals(
     noun = "strategy" if subject == "strategy" else "error hash"
     if _all_same(tail):
         return (
-            StuckSignal.of(
-                {
-                    "kind": "strategy_repeat"
-                    if subject == "strategy"
-                    else "error_repeat",
-                    "subject": subject,
-                    "count": len(tail),
-                    "text": f"same {noun} {len(tail)} times",
-                }
+            _signal(
+                "strategy_repeat" if subject == "strategy" else "error_repeat",
+                subject,
+                len(tail),
+                f"same {noun} {len(tail)} times",
             ),
         )
     alternating = len(set(clusters)) == 2 and all(
@@ -275,22 +308,18 @@ def _signals(
     plural = "strategies" if subject == "strategy" else "error hashes"
     if alternating:
         return (
-            StuckSignal.of(
-                {
-                    "kind": "alternation",
-                    "subject": subject,
-                    "count": len(tail),
-                    "text": f"{plural} alternate {_pattern(tail)}",
-                }
+            _signal(
+                "alternation",
+                subject,
+                len(tail),
+                f"{plural} alternate {_pattern(tail)}",
             ),
         )
     return (
-        StuckSignal.of(
-            {
-                "kind": "revisit",
-                "subject": subject,
-                "count": len(tail),
-                "text": f"{plural} revisit earlier ones {_pattern(tail)}",
-            }
+        _signal(
+            "revisit",
+            subject,
+            len(tail),
+            f"{plural} revisit earlier ones {_pattern(tail)}",
         ),
     )

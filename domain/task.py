@@ -29,7 +29,7 @@ from devs.domain.names import Resolution, SessionReason
 from devs.domain.policy import Policy, StuckDetection
 from devs.domain.redaction import error_hash, excerpt, redact
 from devs.domain.stuck import WINDOW as STUCK_WINDOW
-from devs.domain.stuck import Attempted, StuckAssessment, assess, failing_tests
+from devs.domain.stuck import StuckAssessment, assess, failing_tests
 
 MAX_LESSONS_PER_TASK = 1_000
 ERROR_MESSAGE_LIMIT = 2_000
@@ -468,17 +468,7 @@ class Task(Aggregate):
         """The stuck score with ``failure`` as the newest (``None`` when off)."""
         if self.policy.stuck_detection is StuckDetection.OFF:
             return None
-        recent = [*self.failures[-(STUCK_WINDOW - 1) :], failure]
-        return assess(
-            [
-                Attempted(
-                    strategy=f.strategy,
-                    error_hash=f.error_hash,
-                    failing=f.failing_tests,
-                )
-                for f in recent
-            ]
-        )
+        return assess([*self.failures[-(STUCK_WINDOW - 1) :], failure])
 
     def _climb_ladder(self, *, blocked: bool) -> None:
         count = self.consecutive_failures

@@ -480,7 +480,9 @@ class MetricsTables(MetricsView, SQLTables):
         count = int(found["n"])
         if count == 0:
             return Distribution(count=0, total=0.0, mean=None, p50=None, p90=None)
-        total = float(found["total"])
+        # Rounded to the microsecond the times carry: a float sum depends on
+        # the order the database adds the rows in, which a rebuild changes.
+        total = round(float(found["total"]), 6)
 
         def percentile(percent: int) -> float:
             offset = nearest_rank(percent, count) - 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 import orjson
@@ -166,21 +167,27 @@ def replay_check(ctx: Context, task_ids: Sequence[str], as_json: bool) -> None:
 @handles_errors
 def export(ctx: Context, task_ids: Sequence[str], output: Path) -> None:
     """Write a self-contained audit record of TASK_IDS (default: all) as JSON
-    Lines: a header with every task's chain head, then every event with its
-    hash and actor. `devs verify-export FILE` checks it without a database."""
+    Lines: a header, every event with its hash and actor, then a trailer with
+    every task's chain head. `devs verify-export FILE` checks it without a
+    database."""
     if output.exists():
         fail(f"{output} exists; choose a new file", ExitCode.BAD_INPUT)
-    lines = ctx.app.export(list(task_ids) or None)
-    header = next(lines)
     events = 0
+    trailer: dict[str, Any] = {}
+    lines = ctx.app.export(list(task_ids) or None)
     partial = output.with_name(output.name + ".partial")
-    with partial.open("wb") as file:
-        file.write(orjson.dumps(header) + b"\n")
-        for line in lines:
-            file.write(orjson.dumps(line) + b"\n")
-            events += 1
-    partial.replace(output)
-    tasks = header["tasks"]
+    try:
+        with partial.open("wb") as file:
+            for line in lines:
+                file.write(orjson.dumps(line) + b"\n")
+                if "task_id" in line:
+                    events += 1
+                elif line.get("end"):
+                    trailer = line
+        partial.replace(output)
+    finally:
+        partial.unlink(missing_ok=True)
+    tasks = trailer["tasks"]
     plain(f"exported {len(tasks)} task(s), {events} event(s) to {output}")
     for task_id, summary in tasks.items():
         head = summary["head"] or "(unchained)"

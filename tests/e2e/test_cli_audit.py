@@ -158,3 +158,12 @@ def test_an_old_database_exports_unchained(tmp_path: Path) -> None:
     )
     with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as old:
         assert old.audit("n00").chain.state == "unchained"
+
+
+def test_export_of_an_unknown_task_writes_no_file(devs: Devs, tmp_path: Path) -> None:
+    _loop(devs)
+    out = tmp_path / "audit.jsonl"
+    result = devs("export", "nope", "--output", str(out), code=7)
+    assert_one_line_error(result, "unknown task 'nope'")
+    assert not out.exists()
+    assert not list(tmp_path.glob("*.partial"))

@@ -193,17 +193,18 @@ def test_export_and_verify_it_offline(
     _history(service)
     _history(service, "u")
     lines = [orjson.dumps(line) for line in service.export()]
-    header = orjson.loads(lines[0])
-    assert header["format"] == "devs-audit"
-    assert set(header["tasks"]) == {"t", "u"}
+    assert orjson.loads(lines[0]) == {"format": "devs-audit", "version": 1}
+    trailer = orjson.loads(lines[-1])
+    assert (trailer["format"], trailer["end"]) == ("devs-audit", True)
+    assert set(trailer["tasks"]) == {"t", "u"}
     results, problem = verify_export(lines)
     assert problem is None
     assert {r.task_id: r.state for r in results} == {"t": "intact", "u": "intact"}
     only_t = [orjson.dumps(line) for line in service.export(["t"])]
-    assert set(orjson.loads(only_t[0])["tasks"]) == {"t"}
-    assert len(only_t) == 1 + service.task("t").version
+    assert set(orjson.loads(only_t[-1])["tasks"]) == {"t"}
+    assert len(only_t) == 2 + service.task("t").version
     with pytest.raises(UnknownTask):
-        list(service.export(["nope"]))
+        service.export(["nope"])  # refused at once, before any line
 
 
 def _exported(service: RecoveryService) -> list[bytes]:
@@ -234,7 +235,11 @@ def test_verify_export_names_the_first_broken_link(tmp_path: Path) -> None:
     assert verify_export([*lines[:3], *lines[4:]])[1] == (
         "line 4: task 't': version 3 expected, found version 4 (an event was deleted)"
     )
-    assert "were deleted" in str(verify_export(lines[:-1])[1])
+    assert "were deleted" in str(verify_export([*lines[:-2], lines[-1]])[1])
+    assert str(verify_export(lines[:-1])[1]).startswith("the file has no trailer")
+    assert verify_export([*lines, lines[1]])[1] == (
+        f"line {len(lines) + 1} follows the trailer"
+    )
     assert verify_export([])[1] == "the file is empty: no header"
     assert verify_export([b"{}"])[1] == (
         "line 1 is not a devs-audit header; the file was not written by devs export"
@@ -386,3 +391,25 @@ def test_a_postgresql_database_of_the_last_release_takes_the_new_columns(
         upgraded.rebuild_projections()
         assert upgraded.verify().ok
         assert [e.stuck_score for e in upgraded.tasks()] == [None, None]
+
+
+def test_the_chain_goes_on_across_snapshots_and_processes(
+    make_service: MakeService,
+) -> None:
+    """A task long enough to be snapshotted (every 200 events) and reloaded
+    from its snapshot by another process links its next events correctly."""
+    writer = make_service()
+    writer.start_task("long")
+    for i in range(110):  # two events each: past the first snapshot
+        writer.begin_attempt("long", f"idea {i % 7}")
+        writer.log_lesson("long", f"lesson {i}", "why")
+    assert writer.task("long").version > 200
+    assert writer.snapshots is not None
+    assert [s.originator_version for s in writer.snapshots.get("task:long")] == [200]
+    other = make_service()  # no cached aggregate: loads from the snapshot
+    other.begin_attempt("long", "one more idea")
+    other.record_gate("long", 0)
+    report = other.verify()
+    assert report.ok, report.problems
+    assert report.chains == {"intact": 1, "unchained": 0, "broken": 0}
+    assert other.audit("long").chain.events == other.task("long").version

@@ -299,7 +299,7 @@ def _score(steps: list[Step]) -> StuckAssessment:
             Attempted(
                 strategy=redact(strategy),
                 error_hash=error_hash(clean),
-                failing=failing_tests(clean),
+                failing_tests=failing_tests(clean),
             )
         )
     return assess(attempted)
@@ -393,7 +393,9 @@ texts = st.text(max_size=300) | st.sampled_from([A, B, C, "", " ", "\x00" * 50])
 def test_the_score_is_in_0_1_and_explained(items: list[tuple[str | None, str]]) -> None:
     assessment = assess(
         [
-            Attempted(strategy=s, error_hash=error_hash(e), failing=failing_tests(e))
+            Attempted(
+                strategy=s, error_hash=error_hash(e), failing_tests=failing_tests(e)
+            )
             for s, e in items
         ]
     )
