@@ -55,8 +55,9 @@ from devs.domain import (
     StoreError,
     TaskIndexEntry,
     TaskSummary,
+    Verification,
 )
-from devs.domain.audit import TaskAudit
+from devs.domain.audit import ReplayCheckReport, TaskAudit
 from devs.domain.commands import Written
 
 TOKEN_ENV = "DEVS_API_TOKEN"
@@ -331,9 +332,23 @@ class HttpRecoveryClient:
         path = self._task(task_id) + "/history"
         return self._query(path, _adapter(list[HistoryEntry]), params=params)  # type: ignore[no-any-return]
 
-    def audit(self, task_id: str) -> TaskAudit:
+    def verify(self) -> Verification:
+        return self._query("/verify", _adapter(Verification))  # type: ignore[no-any-return]
+
+    def replay_check(self, *, task_ids: list[str] | None = None) -> ReplayCheckReport:
+        params = {"task_id": list(task_ids)} if task_ids else {}
+        return self._query(  # type: ignore[no-any-return]
+            "/replay-check", _adapter(ReplayCheckReport), params=params
+        )
+
+    def audit(
+        self, task_id: str, *, after: int = 0, limit: int | None = None
+    ) -> TaskAudit:
+        params: dict[str, Any] = {"after_version": after}
+        if limit is not None:
+            params["limit"] = limit
         path = self._task(task_id) + "/audit"
-        return self._query(path, _adapter(TaskAudit))  # type: ignore[no-any-return]
+        return self._query(path, _adapter(TaskAudit), params=params)  # type: ignore[no-any-return]
 
     def tasks(
         self, *, state: str | None = None, run_id: str | None = None

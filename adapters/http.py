@@ -64,9 +64,10 @@ from devs.domain import (
     StoreError,
     TaskIndexEntry,
     TaskSummary,
+    Verification,
 )
 from devs.domain.application import DB_ENV, DEFAULT_DB
-from devs.domain.audit import TaskAudit
+from devs.domain.audit import ReplayCheckReport, TaskAudit
 from devs.domain.database import DEFAULT_READ_WAIT, READ_WAIT_ENV, read_wait
 from devs.domain.redaction import redact
 from devs.domain.values import parse_time
@@ -627,11 +628,36 @@ def create_app(
         """The task as it was right after event number ``version``."""
         return svc().state_at(task_id, version)
 
+    @app.get("/verify", tags=["audit"])
+    def verify() -> Verification:
+        """``verify()``: every read model against a fold of the log, every
+        event decodable, every hash chain unbroken; writes nothing."""
+        return svc().verify()
+
+    @app.get("/replay-check", tags=["audit"])
+    def replay_check(
+        task_id: Annotated[
+            list[str] | None, Query(description="only these tasks (repeatable)")
+        ] = None,
+    ) -> ReplayCheckReport:
+        """``replay_check()``: every recorded history re-decided by today's
+        code under its own policy; writes nothing."""
+        return svc().replay_check(task_ids=task_id)
+
     @app.get("/tasks/{task_id}/audit", tags=["tasks"])
-    def audit(task_id: str) -> TaskAudit:
-        """The replayed history, each event with its actor and its link in the
-        task's hash chain, and the chain's state (intact, unchained, broken)."""
-        return svc().audit(task_id)
+    def audit(
+        task_id: str,
+        after_version: Annotated[
+            int, Query(description="start after this version")
+        ] = 0,
+        limit: Annotated[
+            int | None, Query(description="at most this many events")
+        ] = None,
+    ) -> TaskAudit:
+        """The replayed history, a page at a time, each event with its actor
+        and its link in the task's hash chain, and the state of the whole
+        chain (intact, unchained, broken)."""
+        return svc().audit(task_id, after=after_version, limit=limit)
 
     @app.get("/tasks/{task_id}/blacklist", tags=["tasks"])
     def blacklist(

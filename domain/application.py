@@ -617,17 +617,21 @@ class RecoveryService(TaskCommands, Audits):
         return self._replay_check(task_ids)
 
     @api
-    def audit(self, task_id: TaskId) -> TaskAudit:
-        """The task's replayed history, each event with its actor and its
-        link in the hash chain, and the chain's state."""
-        return self._audit(task_id)
+    def audit(
+        self, task_id: TaskId, *, after: Position = 0, limit: Limit | None = None
+    ) -> TaskAudit:
+        """The task's replayed history — the events after version ``after``,
+        at most ``limit`` of them — each with its actor and its link in the
+        hash chain, and the state of the whole chain."""
+        return self._audit(task_id, after, limit)
 
     @api
     def export(self, task_ids: list[TaskId] | None = None) -> Iterator[dict[str, Any]]:
         """A self-contained audit record, one JSON-ready line at a time: a
-        header (format, every task's event count and chain head), then every
-        event of the tasks (default: all) as stored, with its hash and actor.
-        ``devs verify-export`` checks such a file without a database."""
+        header, every event of the tasks (default: all) as stored with its
+        hash and actor, then a trailer with every task's event count and chain
+        head. Unknown tasks are refused at the call. ``devs verify-export``
+        checks such a file without a database."""
         return self._export(task_ids)
 
     @store_errors

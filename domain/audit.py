@@ -23,11 +23,12 @@ from eventsourcing.persistence import (
 
 from devs.domain import chain, replay
 from devs.domain.chart import TaskState
-from devs.domain.errors import UnknownTask, UnreadableEvent
+from devs.domain.errors import UnreadableEvent
 from devs.domain.model import Immutable
 from devs.domain.policy import Policy
 from devs.domain.ports import ReadModels
-from devs.domain.task import Task, TaskEvent, task_id_of
+from devs.domain.redaction import redact
+from devs.domain.task import Task, task_id_of
 
 PAGE = 1_000
 EXPORT_FORMAT = "devs-audit"
@@ -90,11 +91,49 @@ class AuditEntry(Immutable):
 
 
 class TaskAudit(Immutable):
-    """A task's replayed history with the state of its hash chain."""
+    """A task's replayed history (a page of it) with the state of its hash
+    chain, checked over every event."""
 
     task_id: str
     chain: chain.ChainStatus
     entries: list[AuditEntry]
+    problem: str | None = None
+    """Why the replay stopped early (an event that cannot be decoded or is
+    out of sequence); the entries end before it."""
+
+
+_HIDDEN = frozenset(
+    {
+        "originator_id",
+        "originator_version",
+        "timestamp",
+        "originator_topic",
+        "chain_prev",
+    }
+)
+
+
+def _entry(task: Task, event: Any, version: int) -> AuditEntry:
+    body = event.model_dump(mode="json")
+    return AuditEntry(
+        version=version,
+        event=type(event).__name__,
+        timestamp=event.timestamp,
+        actor=getattr(event, "actor", None),
+        state=task.state,
+        consecutive_failures=task.consecutive_failures,
+        changes={k: v for k, v in body.items() if k not in _HIDDEN},
+        chain_prev=body.get("chain_prev"),
+        hash=chain.event_hash(event) if task._chained else None,
+    )
+
+
+def _cannot(task_id: str, error: Exception) -> str:
+    """Why a task's history cannot be re-decided, in one line."""
+    if isinstance(error, UnreadableEvent):
+        return str(error)
+    text = redact(" ".join(str(error).split()))[:200]
+    return f"task {task_id!r} cannot be re-decided: {type(error).__name__}: {text}"
 
 
 def _totals(courses: Sequence[replay.Course]) -> Totals:
@@ -134,18 +173,36 @@ class Audits:
     def _examined(
         self, task_ids: Sequence[str] | None, run_id: str | None
     ) -> list[str]:
+        if run_id is not None:
+            self.run_state(run_id)  # UnknownRun
         if task_ids:
             for task_id in task_ids:
                 self._require_task(task_id)
-            return list(dict.fromkeys(task_ids))
-        if run_id is not None:
-            self.run_state(run_id)  # UnknownRun
+            chosen = list(dict.fromkeys(task_ids))
+            if run_id is None:
+                return chosen
+            in_run = {e.task_id for e in self.read_models.task_entries(run_id=run_id)}
+            return [task_id for task_id in chosen if task_id in in_run]
         self.read_models.catch_up()
         entries = self.read_models.task_entries(run_id=run_id)
         return [entry.task_id for entry in entries]
 
     def _task_events(self, task_id: str) -> list[Any]:
-        return list(self.events.get(Task.create_id(task_id)))
+        """The task's events, from its ``Started``; ``UnreadableEvent`` when
+        one cannot be decoded or the first is missing."""
+        found = list(self.events.get(Task.create_id(task_id)))
+        if not found or not isinstance(found[0], Task.Started):
+            msg = (
+                f"task {task_id!r} cannot be re-decided: its first event "
+                "(version 1, Started) is missing"
+            )
+            raise UnreadableEvent(
+                msg,
+                originator_id=Task.create_id(task_id),
+                originator_version=1,
+                topic=Task.Started.TOPIC,
+            )
+        return found
 
     # --------------------------------------------------------------- what-if
 
@@ -161,11 +218,12 @@ class Audits:
         for task_id in self._examined(task_ids, run_id):
             try:
                 history = self._task_events(task_id)
-            except UnreadableEvent as error:
-                unreadable.append(str(error))
+                result = replay.what_if(history, policy)
+            except Exception as error:  # an event missing, undecodable, out of order
+                unreadable.append(_cannot(task_id, error))
                 continue
             events += len(history)
-            results.append(replay.what_if(history, policy))
+            results.append(result)
         return WhatIfReport(
             policy=policy,
             tasks=len(results),
@@ -187,12 +245,13 @@ class Audits:
         for task_id in self._examined(task_ids, None):
             try:
                 history = self._task_events(task_id)
-            except UnreadableEvent as error:
-                unreadable.append(str(error))
+                found = replay.replay_check(history)
+            except Exception as error:  # an event missing, undecodable, out of order
+                unreadable.append(_cannot(task_id, error))
                 continue
             tasks += 1
             events += len(history)
-            differences.extend(replay.replay_check(history))
+            differences.extend(found)
         return ReplayCheckReport(
             ok=not differences and not unreadable,
             tasks=tasks,
@@ -265,57 +324,67 @@ class Audits:
             checker.expect_head(task_id, version, head)
         return checker.results()
 
-    def _audit(self, task_id: str) -> TaskAudit:
+    def _audit(
+        self, task_id: str, after: int = 0, limit: int | None = None
+    ) -> TaskAudit:
         self._require_task(task_id)
-        stored_events = self.recorder.select_events(Task.create_id(task_id))
         checker = chain.ChainChecker()
         entries: list[AuditEntry] = []
         task: Task | None = None
-        for stored in stored_events:
+        problem: str | None = None
+        last = None if limit is None else after + limit
+        for stored in self.recorder.select_events(Task.create_id(task_id)):
             self._feed(checker, stored)
-            domain_event: Any = self.mapper.to_domain_event(stored)  # UnreadableEvent
-            task = domain_event.mutate(task)
-            assert task is not None
-            body = domain_event.model_dump(mode="json")
-            entries.append(
-                AuditEntry(
-                    version=stored.originator_version,
-                    event=type(domain_event).__name__,
-                    timestamp=domain_event.timestamp,
-                    actor=getattr(domain_event, "actor", None),
-                    state=task.state,
-                    consecutive_failures=task.consecutive_failures,
-                    changes={
-                        k: v
-                        for k, v in body.items()
-                        if k
-                        not in {
-                            "originator_id",
-                            "originator_version",
-                            "timestamp",
-                            "originator_topic",
-                            "chain_prev",
-                        }
-                    },
-                    chain_prev=body.get("chain_prev"),
-                    hash=(
-                        chain.event_hash(domain_event)
-                        if isinstance(domain_event, (TaskEvent, Task.Started))
-                        and task._chained
-                        else None
-                    ),
+            if problem is not None:
+                continue  # the chain is checked to the end; the replay stops
+            try:
+                domain_event: Any = self.mapper.to_domain_event(stored)
+                task = domain_event.mutate(task)
+            except Exception as error:  # undecodable, or out of sequence
+                problem = (
+                    f"version {stored.originator_version} cannot be replayed: "
+                    f"{type(error).__name__}: {redact(str(error))[:200]}"
                 )
-            )
+                continue
+            assert task is not None
+            version = stored.originator_version
+            if version <= after or (last is not None and version > last):
+                continue
+            entries.append(_entry(task, domain_event, version))
         for found_id, version, head in self.read_models.chain_heads(task_id):
             checker.expect_head(found_id, version, head)
         [status] = checker.results() or [
             chain.ChainStatus(task_id=task_id, state="unchained", events=0)
         ]
-        if task is None:
-            raise UnknownTask(task_id)
-        return TaskAudit(task_id=task_id, chain=status, entries=entries)
+        return TaskAudit(
+            task_id=task_id, chain=status, entries=entries, problem=problem
+        )
 
     # ---------------------------------------------------------------- export
+
+    def _export_line(self, task_id: str, stored: StoredEvent) -> dict[str, Any]:
+        """One event's line; an event whose body cannot be read is written
+        with ``"event": null`` and why (a broken link for ``verify-export``)."""
+        line: dict[str, Any] = {
+            "task_id": task_id,
+            "version": stored.originator_version,
+            "topic": stored.topic,
+        }
+        try:
+            body = self._body(stored)
+            digest = chain.body_hash(stored.topic, body)
+        except Exception as error:  # damaged bytes: recorded as such
+            reason = f"{type(error).__name__}: {redact(str(error))[:200]}"
+            return {**line, "actor": None, "chain_prev": None, "hash": None,
+                    "event": None, "unreadable": reason}  # fmt: skip
+        chained = body.get("chain_prev") is not None
+        return {
+            **line,
+            "actor": body.get("actor"),
+            "chain_prev": body.get("chain_prev"),
+            "hash": digest if chained else None,
+            "event": body,
+        }
 
     def _export(self, task_ids: Sequence[str] | None) -> Iterator[dict[str, Any]]:
         """The audit record, one JSON-ready line at a time, streamed: a
@@ -330,18 +399,15 @@ class Audits:
         for task_id in chosen:
             checker = chain.ChainChecker()
             for stored in self.recorder.select_events(Task.create_id(task_id)):
-                body = self._body(stored)
-                checker.feed(task_id, stored.originator_version, stored.topic, body)
-                chained = body.get("chain_prev") is not None
-                yield {
-                    "task_id": task_id,
-                    "version": stored.originator_version,
-                    "topic": stored.topic,
-                    "actor": body.get("actor"),
-                    "chain_prev": body.get("chain_prev"),
-                    "hash": chain.body_hash(stored.topic, body) if chained else None,
-                    "event": body,
-                }
+                line = self._export_line(task_id, stored)
+                checker.feed(
+                    task_id,
+                    stored.originator_version,
+                    stored.topic,
+                    line["event"],
+                    unreadable=line.get("unreadable"),
+                )
+                yield line
             [status] = checker.results()
             heads[task_id] = {
                 "events": status.events,
@@ -358,8 +424,8 @@ def verify_export(
 
     Returns every task's chain status and the first problem (``None`` when the
     file is intact): a line that is not JSON, a header or trailer missing, a
-    line whose hash is not its event's, a broken link, a task whose events end
-    before the head the trailer names.
+    line whose hash is not its event's, a broken link, a task whose events do
+    not end where the trailer says, or end otherwise chained than it says.
     """
     checker = chain.ChainChecker()
     header = False
@@ -385,32 +451,43 @@ def verify_export(
         if trailer is not None:
             return checker.results(), f"line {number} follows the trailer"
         if line.get("end") is True and line.get("format") == EXPORT_FORMAT:
-            if not isinstance(line.get("tasks"), dict):
-                return checker.results(), f"line {number}: the trailer lacks tasks"
+            problem = _trailer_problem(line)
+            if problem is not None:
+                return checker.results(), f"line {number}: {problem}"
             trailer = line
             continue
-        try:
-            task_id = str(line["task_id"])
-            version = int(line["version"])
-            topic = str(line["topic"])
-            body = line["event"]
-        except (KeyError, TypeError, ValueError) as error:
-            return checker.results(), f"line {number} lacks {error}"
-        if not isinstance(body, dict):
+        task_id, version, topic, body = (
+            line.get("task_id"),
+            line.get("version"),
+            line.get("topic"),
+            line.get("event"),
+        )
+        if not isinstance(task_id, str) or not isinstance(topic, str):
+            return checker.results(), f"line {number} lacks its task id or topic"
+        if type(version) is not int:
+            return checker.results(), f"line {number}: its version is not an integer"
+        if body is not None and not isinstance(body, dict):
             return checker.results(), f"line {number}: its event is not an object"
-        if line.get("hash") is not None and line["hash"] != chain.body_hash(
-            topic, body
-        ):
-            first_problem = first_problem or (
-                f"line {number}: task {task_id!r} version {version} does not "
-                "match its recorded hash (the event was edited)"
-            )
-        if body.get("chain_prev") != line.get("chain_prev"):
+        if body is not None and line.get("hash") is not None:
+            try:
+                digest = chain.body_hash(topic, body)
+            except (TypeError, ValueError, RecursionError) as error:
+                return checker.results(), (
+                    f"line {number}: task {task_id!r} version {version} cannot "
+                    f"be hashed ({type(error).__name__})"
+                )
+            if line["hash"] != digest:
+                first_problem = first_problem or (
+                    f"line {number}: task {task_id!r} version {version} does not "
+                    "match its recorded hash (the event was edited)"
+                )
+        if body is not None and body.get("chain_prev") != line.get("chain_prev"):
             first_problem = first_problem or (
                 f"line {number}: task {task_id!r} version {version}: its link "
                 "differs from its event's (the line was edited)"
             )
-        checker.feed(task_id, version, topic, body)
+        unreadable = str(line.get("unreadable") or "its event is missing")
+        checker.feed(task_id, version, topic, body, unreadable=unreadable)
         if first_problem is None and (problem := checker.problem(task_id)):
             first_problem = f"line {number}: {problem}"
     if not header:
@@ -422,17 +499,20 @@ def verify_export(
         )
     tasks: dict[str, Any] = trailer["tasks"]
     for task_id, summary in tasks.items():
-        if isinstance(summary, dict):
-            checker.expect_head(
-                str(task_id), int(summary.get("events") or 0), summary.get("head")
-            )
+        checker.expect_head(task_id, summary["events"], summary["head"], exact=True)
     results = checker.results()
-    exported = {r.task_id for r in results}
-    for task_id in tasks:
-        if task_id not in exported:
+    exported = {r.task_id: r for r in results}
+    for task_id, summary in tasks.items():
+        status = exported.get(task_id)
+        if status is None:
             first_problem = first_problem or (
                 f"task {task_id!r} is named in the trailer but none of its "
                 "events are in the file (they were deleted)"
+            )
+        elif status.state != "broken" and status.state != summary["state"]:
+            first_problem = first_problem or (
+                f"task {task_id!r} is {status.state} in the file but "
+                f"{summary['state']} in its trailer (the links were edited)"
             )
     for status in results:
         if status.task_id not in tasks:
@@ -443,3 +523,19 @@ def verify_export(
     if first_problem is None and broken is not None:
         first_problem = broken.problem
     return results, first_problem
+
+
+def _trailer_problem(trailer: dict[str, Any]) -> str | None:
+    """What is wrong with a trailer's shape, if anything."""
+    tasks = trailer.get("tasks")
+    if not isinstance(tasks, dict):
+        return "the trailer lacks its tasks"
+    for task_id, summary in tasks.items():
+        if (
+            not isinstance(summary, dict)
+            or type(summary.get("events")) is not int
+            or summary.get("state") not in ("intact", "unchained", "broken")
+            or not isinstance(summary.get("head"), str | None)
+        ):
+            return f"the trailer's entry for task {task_id[:80]!r} is malformed"
+    return None

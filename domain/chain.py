@@ -30,13 +30,20 @@ from eventsourcing.utils import get_topic, resolve_topic
 from devs.domain.model import Value
 
 ChainState = Literal["intact", "unchained", "broken"]
+MAX_DEPTH = 32
+"""Deepest nesting a body may have (events nest a few levels)."""
 
 
-def _without_nulls(value: Any) -> Any:
+def _without_nulls(value: Any, depth: int = 0) -> Any:
+    if depth > MAX_DEPTH:  # no event nests this deep: a crafted body
+        msg = f"the body nests deeper than {MAX_DEPTH} levels"
+        raise ValueError(msg)
     if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+        return {
+            k: _without_nulls(v, depth + 1) for k, v in value.items() if v is not None
+        }
     if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
+        return [_without_nulls(v, depth + 1) for v in value]
     return value
 
 
@@ -76,6 +83,13 @@ def event_hash(event: Any) -> str:
     body = orjson.loads(written)
     body["topic"] = canonical_topic(get_topic(cls))
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _written_linked(started: dict[str, Any]) -> bool:
+    """Whether a ``Started`` body comes from a release that links events: its
+    policy names ``stuck_detection``, which came with the chain."""
+    policy = started.get("policy")
+    return isinstance(policy, dict) and "stuck_detection" in policy
 
 
 class ChainStatus(Value):
@@ -150,6 +164,14 @@ class ChainChecker:
         link = body.get("chain_prev")
         if version == 1:
             task.chained = link is not None
+            if not task.chained and _written_linked(body):
+                self._break(
+                    task,
+                    1,
+                    f"{where}: version 1 has no link, but it was written by a "
+                    "release that links every event (the links were removed)",
+                )
+                return
             if task.chained and link != f"task:{task_id}":
                 self._break(
                     task,
@@ -177,10 +199,25 @@ class ChainChecker:
             )
             return
         if task.chained:
-            task.head = body_hash(topic, body)
+            try:
+                task.head = body_hash(topic, body)
+            except (TypeError, ValueError, RecursionError) as error:  # deep nesting
+                self._break(
+                    task,
+                    version,
+                    f"{where}: version {version} cannot be hashed "
+                    f"({type(error).__name__}: {str(error)[:80]})",
+                )
 
-    def expect_head(self, task_id: str, version: int, head: str | None) -> None:
-        """The chain must end at ``version`` with hash ``head`` (kept elsewhere)."""
+    def expect_head(
+        self, task_id: str, version: int, head: str | None, *, exact: bool = False
+    ) -> None:
+        """The chain must end at ``version`` with hash ``head`` (kept elsewhere).
+
+        In the store, events recorded after the head was kept are checked by
+        their links; ``exact`` (an export's trailer, written after its last
+        event) refuses them too.
+        """
         task = self._tasks.setdefault(task_id, _Task())
         if task.broken_at is not None:
             return
@@ -193,7 +230,21 @@ class ChainChecker:
                 f"{version} was recorded (events were deleted)",
             )
         elif task.version > version:
-            return  # written after the head was kept: checked by the links
+            if exact:
+                self._break(
+                    task,
+                    version + 1,
+                    f"{where}: {task.version - version} event(s) after version "
+                    f"{version}, where its recorded end is (events were added)",
+                )
+            return  # in the store: written after the head was kept
+        elif head is not None and not task.chained:
+            self._break(
+                task,
+                1,
+                f"{where}: a chain head was kept for it, but its events carry no "
+                "links (the links were removed)",
+            )
         elif task.chained and head is not None and task.head != head:
             self._break(
                 task,

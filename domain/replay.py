@@ -29,7 +29,7 @@ import copy
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from devs.domain.chart import FINISHED, TaskState
+from devs.domain.chart import FINISHED, WAITING, TaskState
 from devs.domain.errors import DevsError
 from devs.domain.gate import evaluate
 from devs.domain.model import Value
@@ -290,21 +290,28 @@ def what_if(events: Sequence[Any], policy: Policy) -> TaskWhatIf:
     first_human: int | None = None
     assumed = dropped = 0
     cut_at: int | None = None
+    was = TaskState.RUNNING  # the recorded task's state before each input
     for group in groups(events[1:]):
         event = group[0]
         version = event.originator_version
+        before, was = was, _state_after(group, was)
+        ended = task.state in FINISHED or task.state is TaskState.HAND_OFF
+        if ended and task.state != before:
+            # Taken off the agent (or finished) where the recorded task was
+            # not: nothing recorded from here on would have happened.
+            cut_at = version
+            break
         if isinstance(event, HUMAN_INPUTS):
+            if before in WAITING and task.state not in WAITING:
+                dropped += 1  # it answered a stop this policy did not make
+                continue
             try:
                 feed(task, event)
                 task.collect_events()
             except DevsError:
                 dropped += 1
             continue
-        if task.state in FINISHED or task.state is TaskState.HAND_OFF:
-            if not isinstance(event, Task.LessonLogged):
-                cut_at = version
-                break
-        elif task.pending_session is not None and not isinstance(
+        if task.pending_session is not None and not isinstance(
             event, Task.LessonLogged
         ):
             task.resume(actor=ASSUMED_ACTOR, reason="assumed answered at once")
@@ -338,6 +345,13 @@ def what_if(events: Sequence[Any], policy: Policy) -> TaskWhatIf:
         cut_at=cut_at,
         changes=_changes(recorded, alternative, cut_at),
     )
+
+
+def _state_after(group: Sequence[Any], state: TaskState) -> TaskState:
+    for event in group:
+        if isinstance(event, TaskEvent):
+            state = event.state_after(state)
+    return state
 
 
 def _course_recorded(events: Sequence[Any]) -> Course:

@@ -4,9 +4,10 @@ Pure code, no I/O. The referee calls :func:`assess` after every failed gate and
 every blocked attempt with the task's failures since its last pass (the new one
 last); the result is recorded in that failure's event.
 
-The window is the last :data:`WINDOW` failures (fewer when the policy's
-``failure_history_cap`` keeps fewer). Each failure is compared with the two
-before it (lag 1 and lag 2), so the work is linear in the window:
+The window is the new failure and up to ``WINDOW - 1`` before it since the
+last pass (``failure_history_cap + 1`` in all when the policy keeps fewer).
+Each failure is compared with the two before it (lag 1 and lag 2), so the
+work is linear in the window:
 
 - a strategy *revisits* when it is within the blacklist's Levenshtein distance
   (:func:`devs.domain.blacklist.similar`) of the strategy one or two failures

@@ -413,3 +413,208 @@ def test_the_chain_goes_on_across_snapshots_and_processes(
     assert report.ok, report.problems
     assert report.chains == {"intact": 1, "unchained": 0, "broken": 0}
     assert other.audit("long").chain.events == other.task("long").version
+
+
+def _strip_links(execute: Execute, table: str) -> None:
+    for version, state in execute(
+        f"SELECT originator_version, state FROM {table} WHERE originator_id = ?",
+        ("task:t",),
+    ):
+        body = orjson.loads(bytes(state))
+        body.pop("chain_prev", None)
+        _set_state(execute, table, version, orjson.dumps(body))
+
+
+def test_links_removed_from_every_event_are_caught(
+    make_service: MakeService, execute: Execute
+) -> None:
+    """Stripping the links makes the task look older than the chain; its
+    Started says it is not, and the head the index kept says so too."""
+    service = make_service()
+    _history(service)
+    _strip_links(execute, _table(service))
+    problems = _problems(make_service)
+    assert problems[0] == (
+        "task 't': version 1 has no link, but it was written by a release that "
+        "links every event (the links were removed)"
+    )
+    checked = make_service()
+    checked.rebuild_projections()  # the index refolded from the edited log
+    assert not checked.verify().ok
+
+
+def test_links_removed_in_an_export_are_caught(tmp_path: Path) -> None:
+    with RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "x.sqlite")}) as service:
+        _history(service)
+        lines = _exported(service)
+    stripped = [lines[0]]
+    for raw in lines[1:-1]:
+        line = orjson.loads(raw)
+        line["event"].pop("chain_prev")
+        line["chain_prev"] = line["hash"] = None
+        stripped.append(orjson.dumps(line))
+    stripped.append(lines[-1])
+    problem = verify_export(stripped)[1]
+    assert problem == (
+        "line 2: task 't': version 1 has no link, but it was written by a release "
+        "that links every event (the links were removed)"
+    )
+
+
+def test_an_event_added_after_the_trailers_count_is_caught(tmp_path: Path) -> None:
+    with RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "x.sqlite")}) as service:
+        _history(service)
+        lines = _exported(service)
+    last = orjson.loads(lines[-2])
+    forged = {
+        **last,
+        "version": last["version"] + 1,
+        "chain_prev": last["hash"],
+        "event": {
+            **last["event"],
+            "originator_version": last["version"] + 1,
+            "chain_prev": last["hash"],
+        },
+    }
+    from devs.domain.chain import body_hash
+
+    forged["hash"] = body_hash(forged["topic"], forged["event"])
+    problem = verify_export([*lines[:-1], orjson.dumps(forged), lines[-1]])[1]
+    assert problem == (
+        f"task 't': 1 event(s) after version {last['version']}, where its recorded "
+        "end is (events were added)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (
+            lambda line: line["event"].update(
+                nested=__import__("functools").reduce(
+                    lambda inner, _: {"x": inner}, range(100), {}
+                )
+            ),
+            "cannot be hashed",
+        ),
+        (lambda line: line.update(version=3.0), "its version is not an integer"),
+        (lambda line: line.update(version=True), "its version is not an integer"),
+        (lambda line: line.update(task_id=None), "lacks its task id or topic"),
+        (lambda line: line.update(event=[1]), "its event is not an object"),
+    ],
+)
+def test_hostile_export_lines_are_refused_with_a_line_number(
+    tmp_path: Path, edit: Callable[[dict[str, Any]], None], problem: str
+) -> None:
+    with RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "x.sqlite")}) as service:
+        _history(service)
+        lines = _exported(service)
+    line = orjson.loads(lines[2])
+    edit(line)
+    found = verify_export([*lines[:2], orjson.dumps(line), *lines[3:]])[1]
+    assert found is not None
+    assert found.startswith("line 3")
+    assert problem in found
+
+
+@pytest.mark.parametrize(
+    "summary",
+    [{"events": "x", "state": "intact", "head": None}, [1], {"events": 1}],
+)
+def test_a_malformed_trailer_is_refused(tmp_path: Path, summary: Any) -> None:
+    with RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "x.sqlite")}) as service:
+        _history(service)
+        lines = _exported(service)
+    trailer = orjson.loads(lines[-1])
+    trailer["tasks"]["t"] = summary
+    problem = verify_export([*lines[:-1], orjson.dumps(trailer)])[1]
+    assert problem == (
+        f"line {len(lines)}: the trailer's entry for task 't' is malformed"
+    )
+
+
+def test_a_missing_first_event_is_reported_not_raised(
+    make_service: MakeService, execute: Execute
+) -> None:
+    service = make_service()
+    _history(service)
+    _history(service, "u")
+    execute(
+        f"DELETE FROM {_table(service)} WHERE originator_id = ? "
+        "AND originator_version = 1",
+        ("task:t",),
+    )
+    fresh = make_service()
+    checked = fresh.replay_check()
+    assert not checked.ok
+    assert checked.tasks == 1  # u
+    assert checked.unreadable == [
+        "task 't' cannot be re-decided: its first event (version 1, Started) is missing"
+    ]
+    what_if = fresh.what_if(Policy())
+    assert what_if.tasks == 1
+    assert len(what_if.unreadable) == 1
+    audit = fresh.audit("t")
+    assert audit.chain.state == "broken"
+    assert audit.entries == []
+    assert audit.problem is not None
+    assert audit.problem.startswith("version 2 cannot be replayed")
+
+
+def test_an_undecodable_event_is_exported_as_such(
+    make_service: MakeService, execute: Execute
+) -> None:
+    service = make_service()
+    _history(service)
+    _set_state(execute, _table(service), 4, b"\xff{not json")
+    lines = [orjson.dumps(line) for line in make_service().export()]
+    line = orjson.loads(lines[4])
+    assert (line["version"], line["event"]) == (4, None)
+    assert line["unreadable"].startswith("JSONDecodeError")
+    problem = verify_export(lines)[1]
+    assert problem is not None
+    assert problem.startswith("line 5: task 't': version 4 is unreadable")
+
+
+def test_task_ids_and_a_run_narrow_together(make_service: MakeService) -> None:
+    service = make_service()
+    service.start_run("r", {"a": []})
+    service.start_task("a", run_id="r")
+    _history(service)
+    assert service.what_if(Policy(), task_ids=["a", "t"], run_id="r").tasks == 1
+    assert service.what_if(Policy(), task_ids=["t"], run_id="r").tasks == 0
+    with pytest.raises(UnknownRun):
+        service.what_if(Policy(), task_ids=["t"], run_id="nope")
+
+
+def test_an_audit_reads_a_page_and_checks_the_whole_chain(
+    make_service: MakeService,
+) -> None:
+    service = make_service()
+    _history(service)
+    whole = service.audit("t")
+    page = service.audit("t", after=3, limit=4)
+    assert [e.version for e in page.entries] == [4, 5, 6, 7]
+    assert page.entries == whole.entries[3:7]
+    assert page.chain == whole.chain
+    with pytest.raises(InvalidInput, match="limit"):
+        service.audit("t", limit=0)
+
+
+def test_a_body_nested_past_any_event_breaks_the_chain_not_verify(
+    make_service: MakeService, execute: Execute
+) -> None:
+    service = make_service()
+    _history(service)
+    table = _table(service)
+    body = orjson.loads(_state(execute, table, 3))
+    nested: dict[str, Any] = {}
+    for _ in range(100):
+        nested = {"x": nested}
+    body["failure"]["deep"] = nested
+    _set_state(execute, table, 3, orjson.dumps(body))
+    problems = _problems(make_service)
+    assert any(
+        p.startswith("task 't': version 3 cannot be hashed (ValueError")
+        for p in problems
+    ), problems

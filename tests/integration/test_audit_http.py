@@ -59,3 +59,25 @@ def test_the_client_reads_the_audit_and_stuck_scores(
     assert audit == service.audit("t")
     with pytest.raises(NotFound):
         client.audit("nope")
+
+
+def test_verify_and_the_replay_check_over_http(
+    service: RecoveryService, http: TestClient
+) -> None:
+    service.start_task("t")
+    service.record_gate("t", 1, output="E")
+    verified = http.get("/verify")
+    assert verified.status_code == 200
+    assert verified.json()["ok"] is True
+    assert verified.json()["chains"] == {"intact": 1, "unchained": 0, "broken": 0}
+    checked = http.get("/replay-check", params={"task_id": ["t"]})
+    assert checked.status_code == 200
+    assert (checked.json()["ok"], checked.json()["tasks"]) == (True, 1)
+    assert http.get("/replay-check", params={"task_id": ["nope"]}).status_code == 404
+    client = HttpRecoveryClient(http, token=TOKEN)
+    assert client.verify() == service.verify()
+    assert client.replay_check() == service.replay_check()
+    assert client.replay_check(task_ids=["t"]).tasks == 1
+    page = client.audit("t", after=1, limit=1)
+    assert [e.version for e in page.entries] == [2]
+    assert page == service.audit("t", after=1, limit=1)

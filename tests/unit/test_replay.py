@@ -176,11 +176,44 @@ def test_the_replay_check_finds_changed_code(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(Task, "_climb_ladder", never_escalate)
     differences = replay.replay_check(events)
-    assert [(d.version, d.event) for d in differences] == [(7, "GateFailed")] + [
-        (d.version, "GateFailed") for d in differences[1:]
+    # Escalated at 3 failures (version 7) and again at 4 (version 11).
+    assert [(d.version, d.event) for d in differences] == [
+        (7, "GateFailed"),
+        (11, "GateFailed"),
     ]
     first = differences[0]
     assert first.recorded == "GateFailed(3) -> Escalated(max_retries)"
     assert first.recomputed == "GateFailed(3)"
     # Reported once per change: the re-decided task follows the record again.
     assert len(differences) == 2
+
+
+def test_a_recorded_rewind_does_not_undo_a_hand_off_of_the_other_policy() -> None:
+    """Recorded: three failures escalate, a human rewinds, one more fails.
+    Stricter: the third failure hands off; the replay ends there."""
+    script = [
+        *_failing(3, resume=False),
+        ("human", "rewind"),
+        *_failing(1, resume=False),
+    ]
+    events = _run(Policy(), script)
+    result = replay.what_if(events, Policy(escalation_threshold=2, handoff_threshold=3))
+    assert [s.kind for s in result.what_if.stops] == ["escalation", "hand_off"]
+    assert result.what_if.final_state == "HAND_OFF"
+    assert result.cut_at == events[8].originator_version  # the Rewound
+    assert isinstance(events[8], Task.Rewound)
+
+
+def test_a_recorded_rewind_answering_a_stop_never_made_is_dropped() -> None:
+    script = [
+        *_failing(3, resume=False),
+        ("human", "rewind"),
+        *_failing(1, resume=False),
+    ]
+    events = _run(Policy(), script)
+    result = replay.what_if(
+        events, Policy(escalation_threshold=10, handoff_threshold=10)
+    )
+    assert result.dropped_human_actions == 1
+    assert result.what_if.stops == ()
+    assert result.what_if.final_state == "GATE_FAILED"

@@ -10,7 +10,6 @@ below it. The test prints recall and false alarms.
 
 from __future__ import annotations
 
-import itertools
 from typing import Literal
 
 import pytest
@@ -493,15 +492,20 @@ def test_gate_respects_the_entropy_threshold() -> None:
     _fail(strict, A, X)
     _fail(strict, A, X)
     assert strict.state == "PAUSED"
-    loose = _task(
-        StuckDetection.GATE,
-        hitl_entropy_threshold=1.0,
-        escalation_threshold=10,
-        handoff_threshold=20,
-    )
-    for _ in range(2):
-        _fail(loose, A, _stamped(X, 0))
-    assert loose.state == "GATE_FAILED"
+    # Strategy thrice, errors X-Y-X: 0.75, which pauses at the default
+    # threshold but not at 1.0.
+    for threshold, state in ((0.75, "PAUSED"), (1.0, "GATE_FAILED")):
+        task = _task(
+            StuckDetection.GATE,
+            hitl_entropy_threshold=threshold,
+            escalation_threshold=10,
+            handoff_threshold=20,
+        )
+        for output in (X, Y, X):
+            _fail(task, A, output)
+        assert task.stuck is not None
+        assert task.stuck.score == 0.75
+        assert task.state == state
 
 
 def test_a_pass_clears_the_score() -> None:
@@ -525,12 +529,3 @@ def test_a_blocked_attempt_carries_a_score() -> None:
         if isinstance(e, Task.BlacklistedStrategyAttempted)
     ]
     assert [e.stuck.score for e in blocked if e.stuck] == [0.0, 0.5]
-
-
-def test_every_mode_is_tested() -> None:
-    assert set(StuckDetection) == {
-        StuckDetection.OBSERVE,
-        StuckDetection.GATE,
-        StuckDetection.OFF,
-    }
-    assert list(itertools.islice(CORPUS, 1))
