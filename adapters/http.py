@@ -34,7 +34,7 @@ import orjson
 from fastapi import FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -116,9 +116,26 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+def _addressable(value: str) -> str:
+    """An id the API's paths can name: ``/`` would end the path segment."""
+    if isinstance(value, str) and "/" in value:
+        msg = "must not contain '/': over HTTP a task or run is named in the URL path"
+        raise ValueError(msg)
+    return value
+
+
 class StartRunBody(Body):
     run_id: str
     dag: dict[str, list[str]] = Field(description="node (task id) -> prerequisites")
+
+    _run_id = field_validator("run_id")(_addressable)
+
+    @field_validator("dag")
+    @classmethod
+    def _nodes_addressable(cls, dag: dict[str, list[str]]) -> dict[str, list[str]]:
+        for node in dag:
+            _addressable(node)
+        return dag
 
 
 class StartTaskBody(Body):
@@ -126,6 +143,8 @@ class StartTaskBody(Body):
     run_id: str | None = None
     agent: str | None = None
     last_commit: str | None = None
+
+    _task_id = field_validator("task_id")(_addressable)
 
 
 class AttemptBody(Body):

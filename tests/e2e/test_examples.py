@@ -25,11 +25,12 @@ def run(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 AUDITS = {"langgraph_audit.py"}  # read a log another example wrote
+PYTEST_FILES = {"test_orchestrator_properties.py"}  # run by pytest (below)
 
 
 @pytest.mark.parametrize(
     "script",
-    sorted(p for p in EXAMPLES.glob("*.py") if p.name not in AUDITS),
+    sorted(p for p in EXAMPLES.glob("*.py") if p.name not in AUDITS | PYTEST_FILES),
     ids=lambda p: p.name,
 )
 def test_example_runs(script: Path, tmp_path: Path) -> None:
@@ -132,3 +133,28 @@ def test_the_langgraph_agent_drives_devs_serve(tmp_path: Path) -> None:
     audit = run("langgraph_audit.py", "--db", str(served), cwd=tmp_path)
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert "3 human answers by ann, bob, cy" in audit.stdout
+
+
+def test_the_orchestrator_properties_example_passes_under_pytest(
+    tmp_path: Path,
+) -> None:
+    """examples/test_orchestrator_properties.py, run as a user runs it: pytest
+    with the plugin the installed package brings (its ``devs_service``)."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(EXAMPLES / "test_orchestrator_properties.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "3 passed" in result.stdout

@@ -1,0 +1,33 @@
+"""The pytest plugin of ``devs.testing`` (entry point ``pytest11``: active when
+devs-recovery is installed): the fixtures ``devs_policy`` and
+``devs_service``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devs.domain.application import RecoveryService
+from devs.domain.policy import Policy
+
+
+@pytest.fixture
+def devs_policy() -> Policy:
+    """The policy ``devs_service`` decides by: the defaults. Override the
+    fixture (or parametrize it) to vary it."""
+    return Policy()
+
+
+@pytest.fixture
+def devs_service(tmp_path: Path, devs_policy: Policy) -> Iterator[RecoveryService]:
+    """A fresh service on a SQLite file in the test's temporary directory,
+    deciding by ``devs_policy``; closed after the test."""
+    service = RecoveryService(
+        env={"SQLITE_DBNAME": str(tmp_path / "devs.sqlite")}, policy=devs_policy
+    )
+    try:
+        yield service
+    finally:
+        service.close()
