@@ -326,9 +326,7 @@ class HttpRecoveryClient:
     def history(
         self, task_id: str, *, after: int = 0, limit: int | None = None
     ) -> list[HistoryEntry]:
-        params: dict[str, Any] = {"after_version": after}
-        if limit is not None:
-            params["limit"] = limit
+        params = _page(after, limit)
         path = self._task(task_id) + "/history"
         return self._query(path, _adapter(list[HistoryEntry]), params=params)  # type: ignore[no-any-return]
 
@@ -344,9 +342,7 @@ class HttpRecoveryClient:
     def audit(
         self, task_id: str, *, after: int = 0, limit: int | None = None
     ) -> TaskAudit:
-        params: dict[str, Any] = {"after_version": after}
-        if limit is not None:
-            params["limit"] = limit
+        params = _page(after, limit)
         path = self._task(task_id) + "/audit"
         return self._query(path, _adapter(TaskAudit), params=params)  # type: ignore[no-any-return]
 
@@ -418,6 +414,11 @@ class HttpRecoveryClient:
 def _adapter(kind: Any) -> TypeAdapter[Any]:
     """One TypeAdapter per answer type (building one costs more than a query)."""
     return TypeAdapter(kind)
+
+
+def _page(after: int, limit: int | None) -> dict[str, Any]:
+    """The query of a page of a task's events (history, audit)."""
+    return {"after_version": after, **({} if limit is None else {"limit": limit})}
 
 
 def _segment(value: str) -> str:

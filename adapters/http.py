@@ -86,6 +86,8 @@ AfterHeaderValue = Annotated[
     str | None, Header(alias=AFTER_HEADER, description="as ?after=")
 ]
 RunQuery = Annotated[str | None, Query(description="only the tasks of this run")]
+AfterVersionQuery = Annotated[int, Query(description="start after this version")]
+PageLimitQuery = Annotated[int | None, Query(description="at most this many events")]
 SinceQuery = Annotated[
     str | None,
     Query(
@@ -632,12 +634,8 @@ def create_app(
     @app.get("/tasks/{task_id}/history", tags=["tasks"])
     def history(
         task_id: str,
-        after_version: Annotated[
-            int, Query(description="start after this version")
-        ] = 0,
-        limit: Annotated[
-            int | None, Query(description="at most this many events")
-        ] = None,
+        after_version: AfterVersionQuery = 0,
+        limit: PageLimitQuery = None,
     ) -> list[HistoryEntry]:
         """The audited history, a page at a time (read from the log)."""
         return svc().history(task_id, after=after_version, limit=limit)
@@ -666,12 +664,8 @@ def create_app(
     @app.get("/tasks/{task_id}/audit", tags=["tasks"])
     def audit(
         task_id: str,
-        after_version: Annotated[
-            int, Query(description="start after this version")
-        ] = 0,
-        limit: Annotated[
-            int | None, Query(description="at most this many events")
-        ] = None,
+        after_version: AfterVersionQuery = 0,
+        limit: PageLimitQuery = None,
     ) -> TaskAudit:
         """The replayed history, a page at a time, each event with its actor
         and its link in the task's hash chain, and the state of the whole
