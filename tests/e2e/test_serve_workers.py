@@ -33,6 +33,14 @@ def workers_of(pid: int) -> set[int]:
     return found
 
 
+def replaced(pid: int, dead: int, before: set[int]) -> bool:
+    """Whether the supervisor ``pid`` has started another process in place
+    of ``dead``: one reading of /proc (two could see ``dead`` still listed,
+    then gone, before anything replaced it), and a pid not seen before."""
+    now = workers_of(pid)
+    return len(now) == len(before) and dead not in now and bool(now - before)
+
+
 def niceness(pid: int) -> int:
     """A process's nice value (/proc/PID/stat, field 19)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
@@ -89,13 +97,7 @@ def test_a_dead_worker_is_replaced_and_sigterm_stops_all(tmp_path: Path) -> None
         assert {niceness(pid) for pid in before} == {niceness(server.process.pid)}
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
-        assert wait_until(
-            lambda: (
-                len(workers_of(server.process.pid)) == 2
-                and victim not in workers_of(server.process.pid)
-            ),
-            30,
-        )
+        assert wait_until(lambda: replaced(server.process.pid, victim, before), 30)
         # The killed worker's connections died with it (the client's
         # keep-alive one may have been one): new connections, to the others.
         server.client.close()
@@ -175,13 +177,7 @@ def test_on_postgresql_a_projector_process_keeps_the_read_models(
         after = {"after": started.headers["X-Devs-Position"]}
         assert server.client.get("/tasks", params=after).status_code == 200
         os.kill(projector, signal.SIGKILL)
-        assert wait_until(
-            lambda: (
-                len(workers_of(server.process.pid)) == 3
-                and projector not in workers_of(server.process.pid)
-            ),
-            30,
-        )
+        assert wait_until(lambda: replaced(server.process.pid, projector, children), 30)
         written = server.client.post("/tasks", json={"task_id": "t2"})
         after = {"after": written.headers["X-Devs-Position"]}
         tasks = server.client.get("/tasks", params=after)
