@@ -81,11 +81,17 @@ def postgres_machine(server: PostgresServer) -> type[RecoveryMachine]:
         url = create_database(server, name)
 
         class Service(RecoveryService):
+            dropped = False
+
             def close(self) -> None:
+                # Once: eventsourcing's Application.__del__ closes again,
+                # maybe after the session's server has stopped.
                 try:
                     super().close()
                 finally:
-                    drop_database(server, name)
+                    if not self.dropped:
+                        self.dropped = True
+                        drop_database(server, name)
 
         return Service(env={"DEVS_DATABASE_URL": url}, policy=policy)
 
