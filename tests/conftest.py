@@ -10,9 +10,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from devs.domain import RecoveryService
 from tests.postgres import PostgresServer, create_database, drop_database, start_server
+
+# No per-example deadline: CI's shared 2-core machine can stall any example
+# for a quarter second, which hypothesis would report as a flaky failure.
+# Speed is the benchmarks' business (bench/), not the tests'.
+settings.register_profile("devs", deadline=None)
+settings.load_profile("devs")
 
 
 @pytest.fixture

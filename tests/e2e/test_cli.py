@@ -638,8 +638,9 @@ def test_devs_project_keeps_the_read_models_for_external_processes(
         devs("task", "start", "t1", env=env)
         devs("gate", "run", "t1", "--", "false", code=RETRY, env=env)
         devs("gate", "run", "t1", "--", "false", code=RETRY, env=env)
-        # `status` reads a read model: it waits for the worker to fold.
-        listed = devs.json("status", env=env)
+        # `status` reads a read model: it waits for the worker to fold (the
+        # worker may still be starting on a loaded machine: a bound, not a speed).
+        listed = devs.json("status", env={**env, "DEVS_READ_WAIT": "60"})
         assert [(row["task_id"], row["consecutive_failures"]) for row in listed] == [
             ("t1", 2)
         ]

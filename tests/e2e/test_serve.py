@@ -34,28 +34,43 @@ class Server:
         token: str | None = TOKEN,
         env: dict[str, str] | None = None,
     ) -> None:
+        self.environ = {**os.environ, **(env or {}), "DEVS_API_TOKEN": token or ""}
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.arguments = [DEVS, "--db", str(db), "serve", *extra]
+        # free_port() lets its port go before the server binds it: another
+        # process may take it meanwhile. Then: another port.
+        for _ in range(3):
+            errors = self.start()
+            if errors is None:
+                return
+            if "Address already in use" not in errors:
+                break
+        raise AssertionError(f"devs serve did not come up: {errors}")
+
+    def start(self) -> str | None:
+        """Start on a free port: None once /healthz answers, else its stderr."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, **(env or {}), "DEVS_API_TOKEN": token or ""}
         self.process = subprocess.Popen(
-            [DEVS, "--db", str(db), "serve", "--port", str(self.port), *extra],
-            env=env,
+            [*self.arguments, "--port", str(self.port)],
+            env=self.environ,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.client = httpx.Client(base_url=self.url, headers=headers, timeout=10)
+        self.client = httpx.Client(base_url=self.url, headers=self.headers, timeout=10)
         deadline = time.monotonic() + 30
         while True:
             try:
                 if self.client.get("/healthz").status_code == 200:
-                    return
+                    return None
             except httpx.TransportError:
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
-                _, errors = self.process.communicate(timeout=5)
-                raise AssertionError(f"devs serve did not come up: {errors}")
+                self.client.close()
+                self.process.kill()  # no-op once it has exited
+                _, errors = self.process.communicate(timeout=30)
+                return errors
             time.sleep(0.1)
 
     def stop(self) -> None:

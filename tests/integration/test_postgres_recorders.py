@@ -5,7 +5,6 @@ recorder (the views' tables and their one position)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 from uuid import uuid4
@@ -29,6 +28,7 @@ from psycopg.sql import SQL, Identifier
 from devs.adapters.postgres import PostgresApplicationRecorder, PostgresFactory
 from devs.domain.database import postgres_env
 from devs.projections.postgres import PostgresViews
+from tests.helpers import wait_until
 
 
 def open_factory(url: str, **settings: str) -> PostgresFactory:
@@ -231,17 +231,17 @@ def test_a_type_another_process_creates_meanwhile_is_found_there(
             other.execute(create_type)  # uncommitted: the racing process
             racing = threading.Thread(target=create)
             racing.start()
-            for _ in range(300):  # until the recorder waits on that type
+
+            def recorder_waits() -> bool:
                 waiting = watcher.execute(
                     "SELECT count(*) FROM pg_stat_activity "
                     "WHERE wait_event_type = 'Lock'"
                 ).fetchone()
                 watcher.rollback()
-                if waiting is not None and waiting[0] >= 1:
-                    break
-                time.sleep(0.01)
-            else:
-                raise AssertionError("the recorder never waited on the type")
+                return waiting is not None and waiting[0] >= 1
+
+            # until the recorder waits on that type (a bound, not a speed)
+            assert wait_until(recorder_waits, 30), "the recorder never waited"
             other.commit()
         racing.join(timeout=30)
         assert errors == []

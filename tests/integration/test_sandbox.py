@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
 from devs.adapters.sandbox import (
-    GateRun,
     Isolation,
     run_gate,
     scrub_environment,
@@ -103,26 +101,23 @@ def test_output_is_captured_merged_redacted_and_hashed() -> None:
 
 def test_timeout_kills_the_whole_group(tmp_path: Path, isolation: Isolation) -> None:
     token = f"devs-test-{uuid.uuid4()}"
-    script = f"{sleeper(token)}; import time; time.sleep(60)"
-    results: list[GateRun] = []
-    gate = threading.Thread(
-        target=lambda: results.append(
-            run_gate(
-                [PY, "-c", script, token],
-                cwd=tmp_path,
-                timeout=3.0,  # room for both to start on a loaded machine
-                isolation=isolation,
-            )
-        )
+    # The command waits for its child to run, then outlives the timeout.
+    script = (
+        f"{sleeper(token)}; import os, time\n"
+        "while not os.path.exists('child-started'): time.sleep(0.05)\n"
+        "time.sleep(60)"
     )
-    gate.start()
-    # The child runs ...
-    assert wait_until(lambda: processes_with(f"{token}-child"))
-    gate.join()
-    (result,) = results
+    result = run_gate(
+        [PY, "-c", script, token],
+        cwd=tmp_path,
+        timeout=8.0,  # room for both to start on a loaded machine
+        isolation=isolation,
+    )
     assert result.exit_code is None
     assert result.timed_out
     assert "timeout" in result.error
+    # The child ran (it wrote the file) ...
+    assert (tmp_path / "child-started").exists()
     # ... and after the timeout, neither it nor the command does.
     assert wait_until(lambda: not processes_with(token))
 
