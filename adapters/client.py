@@ -51,13 +51,14 @@ from devs.domain import (
     NotFound,
     Notification,
     PendingSession,
+    Policy,
     RunState,
     StoreError,
     TaskIndexEntry,
     TaskSummary,
     Verification,
 )
-from devs.domain.audit import ReplayCheckReport, TaskAudit
+from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import Written
 
 TOKEN_ENV = "DEVS_API_TOKEN"
@@ -338,6 +339,23 @@ class HttpRecoveryClient:
         return self._query(  # type: ignore[no-any-return]
             "/replay-check", _adapter(ReplayCheckReport), params=params
         )
+
+    def what_if(
+        self,
+        policy: Policy,
+        *,
+        task_ids: list[str] | None = None,
+        run_id: str | None = None,
+    ) -> WhatIfReport:
+        body = {
+            "policy": policy.model_dump(mode="json"),
+            "task_ids": task_ids,
+            "run_id": run_id,
+        }
+        response: Answer = self._http.post("/what-if", json=body)
+        if response.status_code != 200:
+            raise _error(response)
+        return WhatIfReport.model_validate_json(response.content)
 
     def audit(
         self, task_id: str, *, after: int = 0, limit: int | None = None

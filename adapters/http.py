@@ -67,7 +67,7 @@ from devs.domain import (
     Verification,
 )
 from devs.domain.application import DB_ENV, DEFAULT_DB
-from devs.domain.audit import ReplayCheckReport, TaskAudit
+from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.database import DEFAULT_READ_WAIT, READ_WAIT_ENV, read_wait
 from devs.domain.redaction import redact
 from devs.domain.values import parse_time
@@ -185,6 +185,19 @@ class ClaimBody(Body):
 
 class ResolveBody(ActionBody):
     resolution: Literal["return", "complete", "skip"]
+
+
+class WhatIfBody(Body):
+    policy: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "the policy fields to change (escalation_threshold, "
+            "handoff_threshold, hitl_entropy_threshold, failure_history_cap, "
+            "stuck_detection); the others keep the policy in force"
+        ),
+    )
+    task_ids: list[str] | None = Field(default=None, description="only these tasks")
+    run_id: str | None = Field(default=None, description="only this run's tasks")
 
 
 class ErrorBody(BaseModel):
@@ -660,6 +673,18 @@ def create_app(
         """``replay_check()``: every recorded history re-decided by today's
         code under its own policy; writes nothing."""
         return svc().replay_check(task_ids=task_id)
+
+    @app.post("/what-if", tags=["audit"])
+    def what_if(body: WhatIfBody) -> WhatIfReport:
+        """``what_if(policy)``: every recorded history (or the named tasks, or
+        a run's) re-decided under the policy in force with ``policy``'s
+        changes; writes nothing (a POST for its body, not a command)."""
+        service = svc()
+        return service.what_if(
+            service.policy.changed(body.policy),
+            task_ids=body.task_ids,
+            run_id=body.run_id,
+        )
 
     @app.get("/tasks/{task_id}/audit", tags=["tasks"])
     def audit(

@@ -40,6 +40,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from devs.domain.errors import InvalidInput
 from devs.domain.model import Value
 
 logger = logging.getLogger("devs.policy")
@@ -95,6 +96,47 @@ class Thresholds(BaseModel):
 
 class Policy(Value, Thresholds):
     """Thresholds in force for a task (stored in its ``Started`` event)."""
+
+    def changed(self, changes: Mapping[str, object]) -> Policy:
+        """This policy with ``changes`` (field name -> value; ``None`` keeps
+        the field), each value taken as it is: an int where an int belongs (not
+        ``"3"``, not ``True``), a finite number for the entropy threshold, a
+        mode's name for ``stuck_detection``.
+
+        Raises :class:`InvalidInput` naming the first field refused (``field``
+        is its name) or a name that is no field; nothing else is checked.
+        """
+        for name in changes:
+            if name not in Thresholds.model_fields:
+                known = ", ".join(Thresholds.model_fields)
+                msg = f"{_shown(name)} is not a policy field (they are: {known})"
+                raise InvalidInput(msg, field="policy")
+        chosen = {name: value for name, value in changes.items() if value is not None}
+        mode = chosen.get("stuck_detection")
+        if mode is not None and not isinstance(mode, StuckDetection):
+            if not isinstance(mode, str) or mode not in _MODES:
+                msg = f"stuck_detection must be one of {', '.join(_MODES)}"
+                raise InvalidInput(msg, field="stuck_detection")
+            chosen["stuck_detection"] = StuckDetection(mode)
+        try:
+            return Policy.model_validate({**self.model_dump(), **chosen}, strict=True)
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            name = str(first["loc"][0]) if first["loc"] else "policy"
+            msg = f"{name} is invalid: {first['msg']}"
+            raise InvalidInput(msg, field=name) from None
+
+
+_MODES = tuple(mode.value for mode in StuckDetection)
+
+
+def _shown(name: object) -> str:
+    """An unknown field's name, as a short printable quote."""
+    try:
+        text = repr(str(name).encode("utf-8", "backslashreplace").decode())
+    except ValueError:  # an int too long to write out
+        text = f"<{type(name).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def env_var(field: str) -> str:

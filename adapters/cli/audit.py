@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 import orjson
-from pydantic import ValidationError
 
 from devs.adapters.cli.base import (
     Context,
@@ -29,15 +28,12 @@ from devs.domain.policy import Policy, StuckDetection
 
 
 def _policy(base: Policy, changes: dict[str, object]) -> Policy:
-    chosen = {name: value for name, value in changes.items() if value is not None}
     try:
-        return Policy.model_validate({**base.model_dump(), **chosen})
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]).replace("_", "-")
-        where = where.replace("hitl-entropy", "entropy")
-        msg = f"--{where}: {first['msg']}"
-        raise InvalidInput(msg) from None
+        return base.changed(changes)
+    except InvalidInput as error:  # named as the option that set it
+        flag = "--" + (error.field or "").replace("_", "-").replace("hitl-", "")
+        text = str(error).removeprefix(f"{error.field} is invalid: ")
+        raise InvalidInput(f"{flag}: {text}", field=error.field) from None
 
 
 @cli.command("what-if")

@@ -145,6 +145,17 @@ def test_the_ladder_and_the_stream_over_http(server: Server) -> None:
         tasks = server.client.get("/tasks", params={"after": position}).json()
         assert "t3" in {entry["task_id"] for entry in tasks}
     assert server.client.get("/readyz").json()["ready"] is True
+    # what if a human had been asked at four failures: nobody, for t1
+    report = post(
+        server,
+        "/what-if",
+        {"policy": {"escalation_threshold": 4}, "task_ids": ["t1"]},
+    )
+    assert (report["recorded"]["escalations"], report["what_if"]["escalations"]) == (
+        1,
+        0,
+    )
+    assert report["dropped_human_actions"] == 1  # ann's resume answers nothing
 
 
 def test_the_token_is_checked(server: Server) -> None:
@@ -154,6 +165,7 @@ def test_the_token_is_checked(server: Server) -> None:
         refused = anonymous.get("/tasks")
         assert refused.status_code == 401
         assert refused.json()["error"] == "unauthorized"
+        assert anonymous.post("/what-if", json={}).status_code == 401
     finally:
         anonymous.close()
 

@@ -14,13 +14,16 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 from pydantic_settings import BaseSettings
 
+from devs.domain.errors import InvalidInput
 from devs.domain.policy import (
     ENV_PREFIX,
     Policy,
     PolicySettings,
+    Thresholds,
     env_var,
     load_policy,
 )
+from devs.testing import policies
 
 DEFAULTS = {
     "escalation_threshold": 3,
@@ -319,3 +322,40 @@ def test_any_out_of_range_entropy_threshold_warns_and_keeps_the_default(
     [record] = records
     assert isinstance(record.args, tuple)
     assert record.args[:2] == ("DEVS_HITL_ENTROPY_THRESHOLD", repr(value))
+
+
+@given(policies(), policies())
+def test_a_policy_changed_to_another_policys_fields_is_that_policy(
+    base: Policy, other: Policy
+) -> None:
+    assert base.changed(other.model_dump(mode="json")) == other
+    assert base.changed(other.model_dump()) == other
+    assert base.changed({}) == base
+    assert base.changed(dict.fromkeys(Thresholds.model_fields)) == base
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        ({"escalation_threshold": 0}, "escalation_threshold", "greater than or equal"),
+        ({"handoff_threshold": 1001}, "handoff_threshold", "less than or equal"),
+        ({"escalation_threshold": "2"}, "escalation_threshold", "valid integer"),
+        ({"escalation_threshold": True}, "escalation_threshold", "valid integer"),
+        ({"escalation_threshold": 2.0}, "escalation_threshold", "valid integer"),
+        ({"hitl_entropy_threshold": float("nan")}, "hitl_entropy_threshold", "finite"),
+        ({"hitl_entropy_threshold": "0.5"}, "hitl_entropy_threshold", "valid number"),
+        ({"stuck_detection": "loud"}, "stuck_detection", "one of observe, gate, off"),
+        ({"stuck_detection": 1}, "stuck_detection", "one of observe, gate, off"),
+        ({"nope": 1}, "policy", "'nope' is not a policy field"),
+        ({"\ud800" * 100: 1}, "policy", "\\ud800"),
+        ({10**5000: 1}, "policy", "<int>"),
+    ],
+)
+def test_a_refused_change_names_its_field(
+    changes: dict[object, object], field: str, words: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        Policy().changed(changes)  # type: ignore[arg-type]
+    assert refused.value.field == field
+    assert words in str(refused.value)
+    assert len(str(refused.value)) < 300
