@@ -342,16 +342,19 @@ class HttpRecoveryClient:
 
     def what_if(
         self,
-        policy: Policy,
+        policy: Policy | Mapping[str, object],
         *,
         task_ids: list[str] | None = None,
         run_id: str | None = None,
     ) -> WhatIfReport:
-        body = {
-            "policy": policy.model_dump(mode="json"),
-            "task_ids": task_ids,
-            "run_id": run_id,
-        }
+        """As the service's: a whole ``Policy``, or changes to the policy in
+        force on the server."""
+        changes = (
+            policy.model_dump(mode="json")
+            if isinstance(policy, Policy)
+            else dict(policy)
+        )
+        body = {"policy": changes, "task_ids": task_ids, "run_id": run_id}
         response: Answer = self._http.post("/what-if", json=body)
         if response.status_code != 200:
             raise _error(response)

@@ -193,7 +193,8 @@ class WhatIfBody(Body):
         description=(
             "the policy fields to change (escalation_threshold, "
             "handoff_threshold, hitl_entropy_threshold, failure_history_cap, "
-            "stuck_detection); the others keep the policy in force"
+            "stuck_detection); the others, and any given null, keep the "
+            "policy in force"
         ),
     )
     task_ids: list[str] | None = Field(default=None, description="only these tasks")
@@ -679,12 +680,7 @@ def create_app(
         """``what_if(policy)``: every recorded history (or the named tasks, or
         a run's) re-decided under the policy in force with ``policy``'s
         changes; writes nothing (a POST for its body, not a command)."""
-        service = svc()
-        return service.what_if(
-            service.policy.changed(body.policy),
-            task_ids=body.task_ids,
-            run_id=body.run_id,
-        )
+        return svc().what_if(body.policy, task_ids=body.task_ids, run_id=body.run_id)
 
     @app.get("/tasks/{task_id}/audit", tags=["tasks"])
     def audit(

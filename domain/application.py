@@ -17,13 +17,14 @@ answer is built from the saved aggregates is :mod:`devs.domain.decisions`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar, ParamSpec, TypeVar
+from typing import Annotated, Any, ClassVar, ParamSpec, TypeVar
 
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import EnvType, get_topic, resolve_topic
+from pydantic import Field
 
 from devs.domain import blacklist, journal
 from devs.domain.audit import Audits, ReplayCheckReport, TaskAudit, WhatIfReport
@@ -111,6 +112,13 @@ logger = logging.getLogger("devs.service")
 T = TypeVar("T")
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+PolicyOrChanges = Annotated[
+    Mapping[str, Any] | Policy, Field(union_mode="left_to_right")
+]
+"""A whole :class:`Policy`, or the fields to change in the policy in force
+(a mapping is taken as changes, never as a policy with defaults)."""
 
 
 def api(func: Callable[P, R]) -> Callable[P, R]:
@@ -595,7 +603,7 @@ class RecoveryService(TaskCommands, Audits):
     @api
     def what_if(
         self,
-        policy: Policy,
+        policy: PolicyOrChanges,
         *,
         task_ids: list[TaskId] | None = None,
         run_id: RunId | None = None,
@@ -603,8 +611,16 @@ class RecoveryService(TaskCommands, Audits):
         """Re-decide recorded histories under ``policy`` (all tasks, the named
         ones, or a run's) and say where the ladder would have gone otherwise.
 
-        Writes nothing; linear in the events read (:mod:`devs.domain.replay`).
+        ``policy`` is a :class:`Policy`, or a mapping of changes to the policy
+        in force (``{"escalation_threshold": 2}``: the other fields keep
+        theirs; :meth:`Policy.changed`). Writes nothing; linear in the events
+        read (:mod:`devs.domain.replay`).
         """
+        if not isinstance(policy, Policy):
+            try:
+                policy = self.policy.changed(policy)
+            except InvalidInput as error:  # the argument is ``policy``
+                raise InvalidInput(str(error), field="policy") from None
         return self._what_if(policy, task_ids, run_id)
 
     @api

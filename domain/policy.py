@@ -42,6 +42,7 @@ from pydantic_settings import (
 
 from devs.domain.errors import InvalidInput
 from devs.domain.model import Value
+from devs.domain.redaction import redact
 
 logger = logging.getLogger("devs.policy")
 
@@ -131,9 +132,10 @@ _MODES = tuple(mode.value for mode in StuckDetection)
 
 
 def _shown(name: object) -> str:
-    """An unknown field's name, as a short printable quote."""
+    """An unknown field's name, as a short printable quote: redacted whole,
+    then cut (a cut first could leave part of a credential behind)."""
     try:
-        text = repr(str(name).encode("utf-8", "backslashreplace").decode())
+        text = repr(redact(str(name)))
     except ValueError:  # an int too long to write out
         text = f"<{type(name).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."

@@ -68,8 +68,14 @@ class Server:
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.client.close()
-                self.process.kill()  # no-op once it has exited
-                _, errors = self.process.communicate(timeout=30)
+                # SIGTERM: the supervisor stops its workers (they hold the
+                # pipes too); SIGKILL only if it does not.
+                self.process.terminate()  # no-op once it has exited
+                try:
+                    _, errors = self.process.communicate(timeout=30)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    _, errors = self.process.communicate(timeout=30)
                 return errors
             time.sleep(0.1)
 

@@ -318,8 +318,19 @@ def test_what_if_writes_nothing_and_filters(make_service: MakeService) -> None:
         service.what_if(Policy(), task_ids=["nope"])
     with pytest.raises(UnknownRun):
         service.what_if(Policy(), run_id="nope")
-    with pytest.raises(InvalidInput, match="policy"):
-        service.what_if({"escalation_threshold": 0})  # type: ignore[arg-type]
+    # a mapping is changes to the policy in force, taken as they are
+    assert service.what_if({"escalation_threshold": 2}) == report
+    assert service.what_if({}) == service.what_if(service.policy)
+    refusals: list[tuple[dict[str, object], str]] = [
+        ({"escalation_threshold": 0}, "escalation_threshold is invalid"),
+        ({"escalation_threshold": "2"}, "escalation_threshold is invalid"),
+        ({"stuck_detection": "loud"}, "stuck_detection must be one of"),
+        ({"nope": 1}, "'nope' is not a policy field"),
+    ]
+    for changes, words in refusals:
+        with pytest.raises(InvalidInput, match=words) as refused:
+            service.what_if(changes)
+        assert refused.value.field == "policy"
     with pytest.raises(InvalidInput, match="task_ids"):
         service.what_if(Policy(), task_ids=["\x00"])
 

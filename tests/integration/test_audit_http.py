@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from devs.adapters.client import HttpRecoveryClient
 from devs.adapters.http import create_app
-from devs.domain import NotFound, RecoveryService
+from devs.domain import InvalidInput, NotFound, Policy, RecoveryService
 
 TOKEN = "audit-token-0123456789"
 
@@ -83,49 +84,97 @@ def test_verify_and_the_replay_check_over_http(
     assert page == service.audit("t", after=1, limit=1)
 
 
-def test_what_if_over_http(service: RecoveryService, http: TestClient) -> None:
-    service.start_task("t")
-    service.start_task("u")
+@pytest.fixture
+def stricter_service(tmp_path: Path) -> Iterator[RecoveryService]:
+    """A service whose policy in force is not the default one."""
+    env = {"SQLITE_DBNAME": str(tmp_path / "s.sqlite"), "DEVS_HANDOFF_THRESHOLD": "8"}
+    with RecoveryService(env=env) as service:
+        yield service
+
+
+def test_what_if_over_http(stricter_service: RecoveryService) -> None:
+    service = stricter_service
+    service.start_run("r", {"t": [], "u": []})
+    service.start_task("t", run_id="r")
+    service.start_task("u", run_id="r")
+    service.start_task("v")
     for _ in range(2):
         service.record_gate("t", 1, output="E")
-    # Two failures under the policy in force (3): no human was asked.
-    version = service.task("t").version
+    # Two failures under the policy in force (escalate at 3): nobody was asked.
+    written = service.recorder.max_notification_id()
     stricter = {"escalation_threshold": 2}
-    answer = http.post("/what-if", json={"policy": stricter})
-    assert answer.status_code == 200, answer.text
-    report = answer.json()
-    assert report["policy"]["escalation_threshold"] == 2
-    assert report["policy"]["handoff_threshold"] == service.policy.handoff_threshold
-    assert report["tasks"] == 2
-    assert (report["recorded"]["escalations"], report["what_if"]["escalations"]) == (
-        0,
-        1,
-    )
-    assert [c["task_id"] for c in report["changed"]] == ["t"]
-    narrowed = http.post("/what-if", json={"policy": stricter, "task_ids": ["u"]})
-    assert (narrowed.json()["tasks"], narrowed.json()["changed"]) == (1, [])
+    app = create_app(service, token=TOKEN, read_wait=0.3)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(app, headers=headers) as http:
+        answer = http.post("/what-if", json={"policy": stricter})
+        assert answer.status_code == 200, answer.text
+        report = answer.json()
+        # the changes over the policy in force, not over the defaults
+        assert report["policy"]["escalation_threshold"] == 2
+        assert report["policy"]["handoff_threshold"] == 8
+        assert report["tasks"] == 3
+        recorded, what_if = report["recorded"], report["what_if"]
+        assert (recorded["escalations"], what_if["escalations"]) == (0, 1)
+        assert [c["task_id"] for c in report["changed"]] == ["t"]
+        narrowed = http.post("/what-if", json={"policy": stricter, "task_ids": ["u"]})
+        assert (narrowed.json()["tasks"], narrowed.json()["changed"]) == (1, [])
+        in_run = http.post("/what-if", json={"run_id": "r"})  # the policy in force
+        assert in_run.status_code == 200, in_run.text
+        assert (in_run.json()["tasks"], in_run.json()["changed"]) == (2, [])
+        nulls = http.post("/what-if", json={"policy": {"escalation_threshold": None}})
+        assert nulls.json()["policy"] == service.policy.model_dump(mode="json")
+        client = HttpRecoveryClient(http, token=TOKEN)
+        whole = Policy(escalation_threshold=2)  # handoff_threshold: the default
+        assert client.what_if(whole) == service.what_if(whole)
+        assert client.what_if(whole).policy.handoff_threshold == 5
+        assert client.what_if(stricter) == service.what_if(stricter)
+        assert client.what_if(stricter).policy.handoff_threshold == 8
+        assert client.what_if(stricter, task_ids=["t"]) == service.what_if(
+            stricter, task_ids=["t"]
+        )
+        assert client.what_if(stricter, run_id="r").tasks == 2
+        assert client.what_if(stricter, run_id="r") == service.what_if(
+            stricter, run_id="r"
+        )
+        with pytest.raises(InvalidInput, match="escalation_threshold is invalid"):
+            client.what_if({"escalation_threshold": 0})
     # Nothing written: the log holds what it held.
-    assert service.task("t").version == version
-    client = HttpRecoveryClient(http, token=TOKEN)
-    policy = service.policy.changed(stricter)
-    assert client.what_if(policy) == service.what_if(policy)
-    assert client.what_if(policy, task_ids=["t"]) == service.what_if(
-        policy, task_ids=["t"]
-    )
+    assert service.recorder.max_notification_id() == written
 
 
 @pytest.mark.parametrize(
     ("body", "status", "field", "detail"),
     [
-        ({"policy": {"escalation_threshold": 0}}, 422, "escalation_threshold", ">= 1"),
-        ({"policy": {"escalation_threshold": "2"}}, 422, "escalation_threshold", ""),
-        ({"policy": {"escalation_threshold": True}}, 422, "escalation_threshold", ""),
-        ({"policy": {"stuck_detection": "loud"}}, 422, "stuck_detection", "one of"),
-        ({"policy": {"nope": 1}}, 422, "policy", "not a policy field"),
-        ({"policy": {}, "task_ids": ["nope"]}, 404, None, "unknown task 'nope'"),
-        ({"policy": {}, "run_id": "nope"}, 404, None, "unknown run 'nope'"),
-        ({"policy": {}, "task_ids": [""]}, 422, "task_ids", ""),
-        ({"policy": {}, "extra": 1}, 422, None, "extra"),
+        (
+            {"policy": {"escalation_threshold": 0}},
+            422,
+            "policy",
+            "escalation_threshold is invalid: Input should be greater than or equal",
+        ),
+        (
+            {"policy": {"escalation_threshold": "2"}},
+            422,
+            "policy",
+            "escalation_threshold is invalid: Input should be a valid integer",
+        ),
+        (
+            {"policy": {"escalation_threshold": True}},
+            422,
+            "policy",
+            "escalation_threshold is invalid: Input should be a valid integer",
+        ),
+        (
+            {"policy": {"stuck_detection": "loud"}},
+            422,
+            "policy",
+            "stuck_detection must be one of observe, gate, off",
+        ),
+        ({"policy": {"nope": 1}}, 422, "policy", "'nope' is not a policy field"),
+        ({"policy": []}, 422, "policy", "valid dictionary"),
+        ({"task_ids": ["nope"]}, 404, None, "unknown task 'nope'"),
+        ({"run_id": "nope"}, 404, None, "unknown run 'nope'"),
+        ({"task_ids": [""]}, 422, "task_ids", "at least 1 character"),
+        ({"extra": 1}, 422, "extra", "Extra inputs are not permitted"),
     ],
 )
 def test_what_if_over_http_refuses_bad_input(
@@ -137,14 +186,13 @@ def test_what_if_over_http_refuses_bad_input(
     detail: str,
 ) -> None:
     service.start_task("t")
-    before = service.task("t").version
+    written = service.recorder.max_notification_id()
     answer = http.post("/what-if", json=body)
     assert answer.status_code == status, answer.text
     error = answer.json()
-    if field is not None:
-        assert error["field"] == field, error
-    assert detail.replace(">= 1", "greater than or equal to 1") in error["detail"]
-    assert service.task("t").version == before
+    assert error["field"] == field, error
+    assert detail in error["detail"], error
+    assert service.recorder.max_notification_id() == written
 
 
 def test_what_if_over_http_refuses_nan(http: TestClient) -> None:
@@ -153,5 +201,6 @@ def test_what_if_over_http_refuses_nan(http: TestClient) -> None:
         "/what-if", content=body, headers={"Content-Type": "application/json"}
     )
     assert answer.status_code == 422, answer.text
-    assert answer.json()["field"] == "hitl_entropy_threshold"
+    assert answer.json()["field"] == "policy"
+    assert "hitl_entropy_threshold is invalid" in answer.json()["detail"]
     assert "finite number" in answer.json()["detail"]

@@ -349,6 +349,8 @@ def test_a_policy_changed_to_another_policys_fields_is_that_policy(
         ({"nope": 1}, "policy", "'nope' is not a policy field"),
         ({"\ud800" * 100: 1}, "policy", "\\ud800"),
         ({10**5000: 1}, "policy", "<int>"),
+        # a credential across the cut at 60 characters: redacted whole first
+        ({"x" * 40 + " AKIAIOSFODNN7EXAMPLE": 1}, "policy", "not a policy field"),
     ],
 )
 def test_a_refused_change_names_its_field(
@@ -359,3 +361,4 @@ def test_a_refused_change_names_its_field(
     assert refused.value.field == field
     assert words in str(refused.value)
     assert len(str(refused.value)) < 300
+    assert "AKIAIOSFO" not in str(refused.value)
