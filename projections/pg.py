@@ -227,8 +227,19 @@ class SerializedDDL:
         except IntegrityError:
             super().create_table()  # type: ignore[misc]
 
+    ddl_locks: tuple[int, ...] = (DDL_LOCK,)
+    """The advisory locks the DDL's transaction takes first, in this order."""
+
+    def _made(self, curs: Cursor[DictRow]) -> bool:
+        """Whether, seen under the locks, a process has made these tables
+        meanwhile and nothing is left to do (never, unless a recorder knows)."""
+        return False
+
     def _create_table(self, curs: Cursor[DictRow]) -> None:
-        curs.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK,))
+        for key in self.ddl_locks:
+            curs.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+        if self._made(curs):
+            return
         if isinstance(self, PostgresTrackingRecorder):
             _look_again(self, curs)
         super()._create_table(curs)  # type: ignore[misc]

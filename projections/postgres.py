@@ -20,6 +20,7 @@ writes on PostgreSQL as on SQLite.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -50,11 +51,18 @@ from devs.domain.errors import DevsError, InvalidInput, StoreError, UnreadableEv
 from devs.domain.ports import Verification
 from devs.domain.redaction import redact
 from devs.projections.base import Handler, ReadModelProjection, differences
-from devs.projections.pg import POSTGRES, PostgresView, SerializedDDL, folding
+from devs.projections.pg import (
+    DDL_LOCK,
+    POSTGRES,
+    PostgresView,
+    SerializedDDL,
+    folding,
+)
 from devs.projections.queries import ViewQueries
 
 PROJECTION_NAME = "devs_views"
 TRACKING_TABLE = f"{PROJECTION_NAME}_tracking"
+SCHEMA_TABLE = f"{PROJECTION_NAME}_schema"
 LOCK_KEY = 0x64657673_76696577  # "devsview": one fold at a time, per database
 PAGE_SIZE = 500
 MODE_ENV = PROJECTIONS_ENV
@@ -90,10 +98,73 @@ class PostgresViews(SerializedDDL, PostgresTrackingRecorder):
             self.views[view.name] = view
             self.projections[view.name] = projection_class(view=view)
             self.sql_create_statements.extend(view.create_statements())
+        self.fingerprint = hashlib.sha256(
+            "\n".join(s.as_string() for s in self.sql_create_statements).encode()
+        ).hexdigest()
         self._handlers: dict[
             tuple[tuple[str, ...], type[Any]],
             list[tuple[ReadModelProjection[Any], Handler]],
         ] = {}
+
+    ddl_locks = (DDL_LOCK, LOCK_KEY)
+    """The DDL waits for no fold to be under way (a fold holds ``LOCK_KEY``)."""
+
+    def create_table(self) -> None:
+        """Make the views' tables, indexes and new columns, unless this
+        release's statements already ran on this database.
+
+        The statements say ``IF NOT EXISTS``, yet PostgreSQL still locks the
+        tables they name: ``ALTER TABLE … ADD COLUMN IF NOT EXISTS`` takes an
+        ``ACCESS EXCLUSIVE`` lock, ``CREATE INDEX IF NOT EXISTS`` a ``SHARE``
+        lock. A service opening beside a runner folding into those tables
+        then deadlocked with it. The fingerprint of the statements (recorded
+        in ``devs_views_schema`` by the transaction that ran them) lets every
+        later opening read one row instead; a release whose statements differ
+        runs them once, under the DDL lock and the fold lock."""
+        if not self._schema_is_current():
+            super().create_table()
+
+    def _schema_is_current(self) -> bool:
+        with self.datastore.transaction(commit=False) as curs:
+            return self._made(curs)
+
+    def _made(self, curs: Cursor[DictRow]) -> bool:
+        """Whether this release's statements ran on this database (seen
+        before the locks, and again under them: a process opening the
+        database at the same time may have run them meanwhile)."""
+        schema = self.datastore.schema or "public"
+        curs.execute(
+            "SELECT 1 FROM pg_catalog.pg_tables "
+            "WHERE schemaname = %s AND tablename = %s",
+            (schema, SCHEMA_TABLE),
+        )
+        if curs.fetchone() is None:
+            return False
+        curs.execute(
+            SQL("SELECT 1 FROM {}.{} WHERE fingerprint = %s").format(
+                Identifier(schema), Identifier(SCHEMA_TABLE)
+            ),
+            (self.fingerprint,),
+        )
+        return curs.fetchone() is not None
+
+    def _create_table(self, curs: Cursor[DictRow]) -> None:
+        super()._create_table(curs)
+        table = SQL("{}.{}").format(
+            Identifier(self.datastore.schema or "public"), Identifier(SCHEMA_TABLE)
+        )
+        curs.execute(
+            SQL(
+                "CREATE TABLE IF NOT EXISTS {} (fingerprint TEXT PRIMARY KEY, "
+                "made_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            ).format(table)
+        )
+        curs.execute(
+            SQL(
+                "INSERT INTO {} (fingerprint) VALUES (%s) ON CONFLICT DO NOTHING"
+            ).format(table),
+            (self.fingerprint,),
+        )
 
     def handlers(
         self, event_class: type[Any], names: Sequence[str] | None = None

@@ -391,6 +391,7 @@ def test_a_postgresql_database_of_the_last_release_takes_the_new_columns(
             "ALTER TABLE tasks DROP COLUMN stuck_score",
             "ALTER TABLE metrics_tasks DROP COLUMN max_stuck",
             "DROP TABLE metrics_stuck_signals",
+            "DROP TABLE devs_views_schema",  # the last release had none
         ):
             pg.execute(statement)
     with RecoveryService(env={"DEVS_DATABASE_URL": pg_url}) as upgraded:

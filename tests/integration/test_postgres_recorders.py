@@ -136,18 +136,30 @@ def test_processes_racing_to_create_the_views_tables_both_succeed(
     """eventsourcing looks for the tracking table before the DDL lock; one
     that lost the race saw no table, then inserted the ``__migration__`` row
     again ("Failed to record tracking for __migration__ 1"). Under the lock it
-    now looks again."""
+    now looks again. (The winner here is of the last release, which recorded
+    no fingerprint of its statements; this release's winner makes a late one
+    do nothing under the lock.)"""
+    from devs.projections.postgres import SCHEMA_TABLE
+
     first, second = open_factory(pg_url), open_factory(pg_url)
     try:
         late = PostgresViews(second.datastore)  # has looked: no table yet
         late.tracking_table_exists = False
         late.tracking_migration_previous = late.tracking_migration_current = None
         PostgresViews(first.datastore).create_table()  # the winner
+        with first.datastore.transaction(commit=True) as cursor:
+            cursor.execute(SQL("DROP TABLE {}").format(Identifier(SCHEMA_TABLE)))
         with second.datastore.transaction(commit=True) as cursor:
             late._create_table(cursor)
         assert late.tracking_table_exists
         late.insert_tracking(Tracking("app", 1))
         assert late.max_tracking_id("app") == 1
+
+        later = PostgresViews(second.datastore)  # has looked: no fingerprint
+        with second.datastore.transaction(commit=True) as cursor:
+            assert later._made(cursor)  # late's, seen under the lock
+            later._create_table(cursor)
+        assert later.max_tracking_id("app") == 1
     finally:
         first.close()
         second.close()
@@ -248,3 +260,52 @@ def test_a_type_another_process_creates_meanwhile_is_found_there(
         assert recorder.insert_events([stored("a", 1)]) == [1]
     finally:
         factory.close()
+
+
+def test_views_opened_again_lock_no_table_a_fold_is_writing(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service opening beside a runner's fold deadlocked with it: ``ALTER
+    TABLE … ADD COLUMN IF NOT EXISTS`` asks for an ACCESS EXCLUSIVE lock even
+    when the column exists. Once this release's statements ran, the views
+    read their fingerprint instead; a database without it runs them again."""
+    import psycopg
+
+    from devs.projections.postgres import SCHEMA_TABLE
+
+    first = open_factory(pg_url)
+    try:
+        made = PostgresViews(first.datastore)
+        made.create_table()
+        with first.datastore.transaction(commit=False) as cursor:
+            cursor.execute(
+                SQL("SELECT fingerprint FROM {}").format(Identifier(SCHEMA_TABLE))
+            )
+            assert [row["fingerprint"] for row in cursor.fetchall()] == [
+                made.fingerprint
+            ]
+    finally:
+        first.close()
+    monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=2s")
+    with psycopg.connect(pg_url) as fold:  # a fold's transaction, under way
+        fold.execute("LOCK TABLE tasks, metrics_tasks IN ROW EXCLUSIVE MODE")
+        again = open_factory(pg_url)
+        try:
+            PostgresViews(again.datastore).create_table()  # reads one row
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute(SQL("DELETE FROM {}").format(Identifier(SCHEMA_TABLE)))
+            with pytest.raises(PersistenceError, match="lock timeout"):
+                PostgresViews(again.datastore).create_table()  # runs the DDL
+        finally:
+            again.close()
+        fold.rollback()
+    done = open_factory(pg_url)
+    try:
+        PostgresViews(done.datastore).create_table()
+        with done.datastore.transaction(commit=False) as cursor:
+            cursor.execute(
+                SQL("SELECT count(*) AS n FROM {}").format(Identifier(SCHEMA_TABLE))
+            )
+            assert cursor.fetchone() == {"n": 1}
+    finally:
+        done.close()
