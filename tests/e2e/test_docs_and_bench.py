@@ -139,15 +139,21 @@ def _layer_diagram() -> tuple[list[str], set[tuple[str, str]]]:
 
 def _real_layer_imports() -> set[tuple[str, str]]:
     import ast
+    import tomllib
 
-    folders = {"domain": "devs.domain", "projections": "devs.projections"}
-    folders["adapters"] = "devs.adapters"
-    folders["adapters/testing"] = "devs.testing"  # mapped apart (pyproject)
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    # Each top-level folder and its import name (pyproject's package-dir).
+    folders = {
+        folder: package
+        for package, folder in config["tool"]["setuptools"]["package-dir"].items()
+        if "/" not in folder
+    }
+    assert sorted(folders.values()) == sorted(
+        config["tool"]["importlinter"]["root_packages"]
+    )
     found: set[tuple[str, str]] = set()
     for folder, package in folders.items():
         for path in (ROOT / folder).rglob("*.py"):
-            if folder == "adapters" and "testing" in path.relative_to(ROOT).parts:
-                continue
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 names = (
                     [node.module or ""]

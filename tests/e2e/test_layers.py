@@ -12,17 +12,23 @@ import pytest
 import devs.adapters
 import devs.domain
 import devs.projections
+import devs.testing
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted(
     module.name
-    for package in (devs.domain, devs.projections, devs.adapters)
+    for package in (devs.domain, devs.projections, devs.adapters, devs.testing)
     for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}.")
 )
 
 
 def test_every_layer_has_modules() -> None:
-    for layer in ("devs.domain.", "devs.projections.", "devs.adapters."):
+    for layer in (
+        "devs.domain.",
+        "devs.projections.",
+        "devs.adapters.",
+        "devs.testing.",
+    ):
         assert any(name.startswith(layer) for name in MODULES), layer
 
 
@@ -49,3 +55,24 @@ def test_the_domain_imports_no_outer_layer() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_every_folder_says_what_it_holds() -> None:
+    """pyproject maps each folder to its import name; a folder inside another
+    holds a subpackage of the outer folder's package (``adapters/cli`` is
+    ``devs.adapters.cli``), never another layer."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    package_dir: dict[str, str] = config["tool"]["setuptools"]["package-dir"]
+    packages = {folder: package for package, folder in package_dir.items()}
+    for package, folder in package_dir.items():
+        *outer, name = folder.split("/")
+        assert package.rsplit(".", 1)[-1] == name, (folder, package)
+        if outer:
+            assert package.rsplit(".", 1)[0] == packages["/".join(outer)], (
+                f"{folder}/ holds {package}, not a part of {packages['/'.join(outer)]}"
+            )
+        else:
+            assert package == f"devs.{name}", (folder, package)
+    assert sorted(config["tool"]["setuptools"]["packages"]) == sorted(package_dir)

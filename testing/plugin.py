@@ -1,22 +1,31 @@
 """The pytest plugin of ``devs.testing`` (entry point ``pytest11``: active when
 devs-recovery is installed): the fixtures ``devs_policy`` and
-``devs_service``."""
+``devs_service``.
+
+pytest imports this module in every run of every environment that has the
+package, so at module level it imports only pytest and the standard library;
+the domain is imported by the fixtures, when a test asks for one
+(``tests/e2e/test_plugin_import.py`` holds it to that)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from devs.domain.application import RecoveryService
-from devs.domain.policy import Policy
+if TYPE_CHECKING:
+    from devs.domain.application import RecoveryService
+    from devs.domain.policy import Policy
 
 
 @pytest.fixture
 def devs_policy() -> Policy:
     """The policy ``devs_service`` decides by: the defaults. Override the
     fixture (or parametrize it) to vary it."""
+    from devs.domain.policy import Policy
+
     return Policy()
 
 
@@ -24,6 +33,8 @@ def devs_policy() -> Policy:
 def devs_service(tmp_path: Path, devs_policy: Policy) -> Iterator[RecoveryService]:
     """A fresh service on a SQLite file in the test's temporary directory,
     deciding by ``devs_policy``; closed after the test."""
+    from devs.domain.application import RecoveryService
+
     service = RecoveryService(
         env={"SQLITE_DBNAME": str(tmp_path / "devs.sqlite")}, policy=devs_policy
     )
