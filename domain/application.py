@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Annotated, Any, ClassVar, ParamSpec, TypeVar
 
-from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import EnvType, get_topic, resolve_topic
 from pydantic import Field
@@ -47,6 +46,7 @@ from devs.domain.decisions import (
     action_result,
     attempt_decision,
     gate_decision,
+    history_entry,
     run_state_of,
     task_summary,
 )
@@ -73,6 +73,7 @@ from devs.domain.ports import (
     Verification,
 )
 from devs.domain.receipt import Pending, Receipt
+from devs.domain.redaction import redact
 from devs.domain.run import Run
 from devs.domain.task import HumanSession, Task
 from devs.domain.values import (
@@ -143,6 +144,10 @@ class RecoveryService(TaskCommands, Audits):
 
     @store_errors
     def __init__(self, env: EnvType | None = None, *, policy: Policy | None = None):
+        _check_env(env)
+        if policy is not None and not isinstance(policy, Policy):
+            msg = f"policy must be a Policy or None, got {_shown(policy)}"
+            raise InvalidInput(msg, field="policy")
         super().__init__(env)
         self.policy = policy if policy is not None else load_policy(self.env)
         factory: Callable[[RecoveryService], ReadModels] = resolve_topic(
@@ -181,8 +186,7 @@ class RecoveryService(TaskCommands, Audits):
 
     # =============================================================== commands
 
-    @contextmanager
-    def exactly_once(self, key: str, request: str) -> Iterator[None]:
+    def exactly_once(self, key: str, request: str) -> AbstractContextManager[None]:
         """Within this block, commands are done once per ``key``.
 
         ``key`` is the caller's name for one command (1-255 visible ASCII
@@ -194,13 +198,10 @@ class RecoveryService(TaskCommands, Audits):
         request is ``InvalidInput`` (field ``idempotency_key``). A refused
         command leaves no receipt: sent again, it is decided again.
 
-        One command per block: the key names one command.
+        One command per block: the key names one command. A key or request
+        that is not such a text is ``InvalidInput`` at the call.
         """
-        token = RECEIPT.set(_pending(key, request))
-        try:
-            yield
-        finally:
-            RECEIPT.reset(token)
+        return _receipt(_pending(key, request))
 
     @contextmanager
     def written(self) -> Iterator[Written]:
@@ -431,7 +432,7 @@ class RecoveryService(TaskCommands, Audits):
                 f"version {version} is out of range [1, {task.version}] "
                 f"for task {task.task_id!r}"
             )
-            raise InvalidInput(msg)
+            raise InvalidInput(msg, field="version")
         past: Task = self._store.get(task.id, version=version)
         return task_summary(past)
 
@@ -444,38 +445,13 @@ class RecoveryService(TaskCommands, Audits):
 
         Reads only that page, and the task as it was at version ``after``
         (from its latest snapshot before it): a long history is read a page
-        at a time. A page past the last event is empty.
+        at a time. A page past the last event is empty. An event that cannot
+        be decoded, or does not follow the one before it, is
+        ``UnreadableEvent``.
         """
-        originator_id = Task.create_id(task_id)
-        task: Task | None = None
-        if after:
-            try:
-                task = self._store.get(originator_id, version=after)
-            except AggregateNotFoundError:
-                raise UnknownTask(task_id) from None
-        entries: list[HistoryEntry] = []
-        for domain_event in self.events.get(originator_id, gt=after, limit=limit):
-            task = domain_event.mutate(task)  # type: ignore[attr-defined]
-            assert task is not None
-            entries.append(
-                HistoryEntry(
-                    version=domain_event.originator_version,
-                    event=type(domain_event).__name__,
-                    timestamp=domain_event.timestamp,  # type: ignore[attr-defined]
-                    changes=domain_event.model_dump(  # type: ignore[attr-defined]
-                        mode="json",
-                        exclude={
-                            "originator_id",
-                            "originator_version",
-                            "timestamp",
-                            "originator_topic",
-                        },
-                    ),
-                    state=task.state,
-                    consecutive_failures=task.consecutive_failures,
-                )
-            )
-        if task is None:
+        replayed = self._replay(task_id, after, limit)
+        entries = [history_entry(event, task) for event, task in replayed]
+        if replayed.task is None:
             raise UnknownTask(task_id)
         return entries
 
@@ -588,7 +564,9 @@ class RecoveryService(TaskCommands, Audits):
         model that differs, a missing table, an undecodable event by its log
         position, a broken chain by task and version) is empty;
         ``rebuild_projections()`` repairs the read models, never a chain.
+        ``progress``, if given, is called with (done, total) as it goes.
         """
+        progress = _progress(progress)
         report = self.read_models.verify(progress)
         chains = self._check_chains(progress)
         broken = [status.problem or "" for status in chains if status.state == "broken"]
@@ -666,16 +644,19 @@ class RecoveryService(TaskCommands, Audits):
         They are built beside the stored ones and swapped in in one
         transaction: queries and commands go on meanwhile, and a rebuild that
         fails leaves the stored ones as they were. ``names`` is one read
-        model's name or a sequence of them.
+        model's name or a sequence of them; ``progress``, if given, is called
+        with (done, total) as it goes.
         """
         if isinstance(names, str):
             names = (names,)
         elif names is not None:
+            if not isinstance(names, Sequence) or not all(
+                isinstance(name, str) for name in names
+            ):
+                msg = f"names must be read model names (str), got {_shown(names)}"
+                raise InvalidInput(msg, field="names")
             names = tuple(names)
-            if not all(isinstance(name, str) for name in names):
-                msg = f"names must be read model names (str), got {names!r:.80}"
-                raise InvalidInput(msg)
-        return self.read_models.rebuild(names, progress)
+        return self.read_models.rebuild(names, _progress(progress))
 
     # ============================================================== internals
 
@@ -695,6 +676,60 @@ class RecoveryService(TaskCommands, Audits):
 @validated
 def _pending(idempotency_key: IdempotencyKey, request: RequestText) -> Pending:
     return Pending.of(idempotency_key, request)
+
+
+@contextmanager
+def _receipt(pending: Pending) -> Iterator[None]:
+    """The commands of this block leave ``pending``'s receipt."""
+    token = RECEIPT.set(pending)
+    try:
+        yield
+    finally:
+        RECEIPT.reset(token)
+
+
+def _shown(value: object) -> str:
+    """A refused value, short (its type when its text says little)."""
+    text = redact(repr(value))
+    if len(text) > 80:
+        text = f"{text[:79]}…"
+    return f"{text} ({type(value).__name__})"
+
+
+def _check_env(env: object) -> None:
+    """``env`` must be ``None`` or a mapping of setting names to texts.
+
+    The refusal names what is wrong, never a value (a setting may hold a
+    password)."""
+    if env is None:
+        return
+    wrong = f"{type(env).__name__}"
+    if isinstance(env, Mapping):
+        wrong = next(
+            (
+                f"a setting name of type {type(name).__name__}"
+                if not isinstance(name, str)
+                else f"{name!r:.80} of type {type(value).__name__}"
+                for name, value in env.items()
+                if not isinstance(name, str) or not isinstance(value, str)
+            ),
+            "",
+        )
+        if not wrong:
+            return
+    msg = f"env must be a mapping of setting names to texts (str), got {wrong}"
+    raise InvalidInput(msg, field="env")
+
+
+def _progress(progress: object) -> Callable[[int, int], None] | None:
+    """``progress`` if it is ``None`` or can be called; else ``InvalidInput``
+    (before any work, not at its first call)."""
+    if progress is None or callable(progress):
+        return progress
+    msg = (
+        f"progress must be a function of (done, total) or None, got {_shown(progress)}"
+    )
+    raise InvalidInput(msg, field="progress")
 
 
 def _found(value: T | None, task_id: str) -> T:

@@ -5,21 +5,31 @@ chain, exports and one task's audit trail.
 it reads the event store and the task index, decides with
 :mod:`devs.domain.replay` and checks with :mod:`devs.domain.chain`, and
 writes nothing.
+
+:class:`TaskHistory` is the one replay of a task's stored history that the
+service's queries share (``history``, ``audit``, what-if and the replay
+check): a page of events from the task as it was before it, each with the
+state it left the task in. Only the store's own problems — an event that
+cannot be decoded, or that does not follow the one before it — are taken as
+such (:class:`~devs.domain.errors.UnreadableEvent`); anything else a fold
+raises is a bug, and is raised as it is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
+from eventsourcing.application import AggregateNotFoundError, Repository
 from eventsourcing.persistence import (
     ApplicationRecorder,
     EventStore,
     Mapper,
     StoredEvent,
 )
+from eventsourcing.utils import get_topic
 
 from devs.domain import chain, replay
 from devs.domain.chart import TaskState
@@ -28,11 +38,168 @@ from devs.domain.model import Immutable
 from devs.domain.policy import Policy
 from devs.domain.ports import ReadModels
 from devs.domain.redaction import redact
-from devs.domain.task import Task, task_id_of
+from devs.domain.task import Task, TaskEvent, task_id_of
 
 PAGE = 1_000
+"""Events read from the store at once."""
 EXPORT_FORMAT = "devs-audit"
 EXPORT_VERSION = 1
+UNHASHABLE = (TypeError, ValueError, RecursionError)
+"""What hashing a body no event has (nested too deep) raises
+(:func:`devs.domain.chain.body_hash`)."""
+FIRST_MISSING = "its first event (version 1, Started) is missing"
+
+
+# ------------------------------------------------------------- one replay
+
+
+class OutOfSequence(UnreadableEvent):
+    """A stored task event that does not follow the one before it: its first
+    event is missing, one was deleted, reordered or repeated, or it is not an
+    event of this task. The history cannot be replayed past it."""
+
+    def __init__(
+        self, task_id: str, why: str, *, originator_version: int, topic: str
+    ) -> None:
+        super().__init__(
+            f"task {task_id!r}: {why}",
+            originator_id=Task.create_id(task_id),
+            originator_version=originator_version,
+            topic=topic,
+        )
+        self.why = why
+
+
+def _out_of_sequence(task: Task | None, event: Any, originator_id: str) -> str | None:
+    """Why ``event`` cannot be applied next to ``task`` (``None``: before the
+    first event), or ``None`` when it follows it."""
+    version = event.originator_version
+    if event.originator_id != originator_id:
+        return f"version {version} is an event of {event.originator_id!r}"
+    if task is None:
+        if isinstance(event, Task.Snapshot):  # the task as it was at its version
+            return None
+        if version != 1:
+            return FIRST_MISSING
+        if not isinstance(event, Task.Started):
+            return f"version 1 is {get_topic(type(event))}, not {Task.Started.TOPIC}"
+        return None
+    expected = task.version + 1
+    if version != expected:
+        what = "deleted" if version > expected else "reordered or repeated"
+        return (
+            f"version {expected} expected, found version {version} "
+            f"(an event was {what})"
+        )
+    if not isinstance(event, TaskEvent):
+        return f"version {version} is {get_topic(type(event))}, not a task's event"
+    return None
+
+
+class Replayed(NamedTuple):
+    """A stored event of a task, and the task right after it."""
+
+    event: Any
+    """The domain event, as stored."""
+    task: Task
+    """The task as this event left it: one object for the whole replay,
+    changed by each event in turn (read it before the next)."""
+
+
+class TaskHistory:
+    """One replay of a task's stored history, a page at a time.
+
+    Iterating it yields each event after version ``after`` (at most ``limit``
+    of them; all when ``None``) with the task as that event left it. It starts
+    from the task as it was at version ``after``, loaded through the
+    repository from the latest snapshot before it, and reads only the page
+    (``PAGE`` events at a time), never the whole stream.
+
+    An event that cannot be decoded raises the mapper's
+    :class:`~devs.domain.errors.UnreadableEvent`; one that does not follow the
+    one before it, :class:`OutOfSequence` (also an ``UnreadableEvent``): the
+    events before it have been yielded. Nothing else is caught: a fold that
+    raises is a bug, and its error is raised as it is.
+
+    ``task`` is the task as replayed so far: ``None`` until an event of it is
+    found (after iterating, ``None`` when the task has no event up to the
+    page's end: an unknown task).
+    """
+
+    __slots__ = (
+        "_events",
+        "_originator_id",
+        "_store",
+        "after",
+        "limit",
+        "task",
+        "task_id",
+    )
+
+    def __init__(
+        self,
+        store: Repository[str],
+        events: EventStore[str],
+        task_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+    ) -> None:
+        self._store = store
+        self._events = events
+        self._originator_id = Task.create_id(task_id)
+        self.task_id = task_id
+        self.after = after
+        self.limit = limit
+        self.task: Task | None = None
+
+    def __iter__(self) -> Iterator[Replayed]:
+        task = self.task = self._at(self.after)
+        version, left = self.after, self.limit
+        while left is None or left > 0:
+            size = PAGE if left is None else min(PAGE, left)
+            read = 0
+            for event in self._events.get(self._originator_id, gt=version, limit=size):
+                task = self.task = self._follow(task, event)
+                read += 1
+                yield Replayed(event, task)
+            if read < size or task is None:
+                return
+            version = task.version
+            if left is not None:
+                left -= read
+
+    def _at(self, version: int) -> Task | None:
+        """The task as it was at ``version`` (``None``: no event up to it)."""
+        if not version:
+            return None
+        try:
+            task: Task = self._store.get(
+                self._originator_id, version=version, projector_func=self._fold
+            )
+        except AggregateNotFoundError:
+            return None
+        return task
+
+    def _fold(self, task: Task | None, events: Iterable[Any]) -> Task | None:
+        for event in events:  # the latest snapshot first, if any
+            task = self._follow(task, event)
+        return task
+
+    def _follow(self, task: Task | None, event: Any) -> Task:
+        why = _out_of_sequence(task, event, self._originator_id)
+        if why is not None:
+            raise OutOfSequence(
+                self.task_id,
+                why,
+                originator_version=event.originator_version,
+                topic=get_topic(type(event)),
+            )
+        followed: Task = event.mutate(task)
+        return followed
+
+
+# ---------------------------------------------------------------- answers
 
 
 class Totals(Immutable):
@@ -128,12 +295,17 @@ def _entry(task: Task, event: Any, version: int) -> AuditEntry:
     )
 
 
-def _cannot(task_id: str, error: Exception) -> str:
+def _cannot(task_id: str, error: UnreadableEvent) -> str:
     """Why a task's history cannot be re-decided, in one line."""
-    if isinstance(error, UnreadableEvent):
-        return str(error)
-    text = redact(" ".join(str(error).split()))[:200]
-    return f"task {task_id!r} cannot be re-decided: {type(error).__name__}: {text}"
+    if isinstance(error, OutOfSequence):
+        return f"task {task_id!r} cannot be re-decided: {error.why}"
+    return str(error)
+
+
+def _why(error: UnreadableEvent) -> str:
+    """What the decoder said of a stored body, in one line (not redacted)."""
+    cause = error.__cause__ or error
+    return f"{type(cause).__name__}: {str(cause)[:200]}"
 
 
 def _totals(courses: Sequence[replay.Course]) -> Totals:
@@ -161,6 +333,7 @@ class Audits:
     recorder: ApplicationRecorder
     mapper: Mapper[str]
     read_models: ReadModels
+    _store: Repository[str]
 
     def _require_task(self, task_id: str) -> None:
         raise NotImplementedError
@@ -187,22 +360,37 @@ class Audits:
         entries = self.read_models.task_entries(run_id=run_id)
         return [entry.task_id for entry in entries]
 
+    def _replay(
+        self, task_id: str, after: int = 0, limit: int | None = None
+    ) -> TaskHistory:
+        """The task's stored history after version ``after`` (a page of at
+        most ``limit`` events), replayed: :class:`TaskHistory`."""
+        return TaskHistory(self._store, self.events, task_id, after=after, limit=limit)
+
     def _task_events(self, task_id: str) -> list[Any]:
-        """The task's events, from its ``Started``; ``UnreadableEvent`` when
-        one cannot be decoded or the first is missing."""
-        found = list(self.events.get(Task.create_id(task_id)))
-        if not found or not isinstance(found[0], Task.Started):
-            msg = (
-                f"task {task_id!r} cannot be re-decided: its first event "
-                "(version 1, Started) is missing"
-            )
-            raise UnreadableEvent(
-                msg,
-                originator_id=Task.create_id(task_id),
+        """The task's events, from its ``Started``, each following the one
+        before it; ``UnreadableEvent`` when one cannot be decoded, or is out
+        of sequence (:class:`OutOfSequence`: the first missing, one deleted)."""
+        found = [replayed.event for replayed in self._replay(task_id)]
+        if not found:
+            raise OutOfSequence(
+                task_id,
+                FIRST_MISSING,
                 originator_version=1,
                 topic=Task.Started.TOPIC,
             )
         return found
+
+    def _stored_events(self, task_id: str, gt: int = 0) -> Iterator[StoredEvent]:
+        """The task's stored events after version ``gt``, as stored (not
+        decoded), read ``PAGE`` at a time."""
+        originator_id = Task.create_id(task_id)
+        while True:
+            page = self.recorder.select_events(originator_id, gt=gt, limit=PAGE)
+            yield from page
+            if len(page) < PAGE:
+                return
+            gt = page[-1].originator_version
 
     # --------------------------------------------------------------- what-if
 
@@ -218,12 +406,11 @@ class Audits:
         for task_id in self._examined(task_ids, run_id):
             try:
                 history = self._task_events(task_id)
-                result = replay.what_if(history, policy)
-            except Exception as error:  # an event missing, undecodable, out of order
+            except UnreadableEvent as error:  # undecodable, missing, out of order
                 unreadable.append(_cannot(task_id, error))
                 continue
             events += len(history)
-            results.append(result)
+            results.append(replay.what_if(history, policy))
         return WhatIfReport(
             policy=policy,
             tasks=len(results),
@@ -245,13 +432,12 @@ class Audits:
         for task_id in self._examined(task_ids, None):
             try:
                 history = self._task_events(task_id)
-                found = replay.replay_check(history)
-            except Exception as error:  # an event missing, undecodable, out of order
+            except UnreadableEvent as error:  # undecodable, missing, out of order
                 unreadable.append(_cannot(task_id, error))
                 continue
             tasks += 1
             events += len(history)
-            differences.extend(found)
+            differences.extend(replay.replay_check(history))
         return ReplayCheckReport(
             ok=not differences and not unreadable,
             tasks=tasks,
@@ -263,29 +449,47 @@ class Audits:
     # ------------------------------------------------------------ hash chain
 
     def _body(self, stored: StoredEvent) -> dict[str, Any]:
-        """A stored event's JSON body, as it was hashed (not validated)."""
-        state = stored.state
-        if self.mapper.cipher:
-            state = self.mapper.cipher.decrypt(state)
-        if self.mapper.compressor:
-            state = self.mapper.compressor.decompress(state)
-        body = self.mapper.transcoder.decode(state)
+        """A stored event's JSON body, as it was hashed (not validated).
+
+        ``UnreadableEvent`` when its bytes do not decode to a JSON object; its
+        ``__cause__`` is what the decoder raised.
+        """
+        try:
+            state = stored.state
+            if self.mapper.cipher:
+                state = self.mapper.cipher.decrypt(state)
+            if self.mapper.compressor:
+                state = self.mapper.compressor.decompress(state)
+            body = self.mapper.transcoder.decode(state)
+        except Exception as error:  # only the decoders' calls: damaged bytes
+            raise self._undecodable(stored, error) from error
         if not isinstance(body, dict):
-            msg = f"the body is {type(body).__name__}, not an object"
-            raise TypeError(msg)
+            found = TypeError(f"the body is {type(body).__name__}, not an object")
+            raise self._undecodable(stored, found) from found
         return body
+
+    @staticmethod
+    def _undecodable(stored: StoredEvent, error: Exception) -> UnreadableEvent:
+        return UnreadableEvent(
+            f"stored event {stored.originator_version} of "
+            f"{str(stored.originator_id)!r} cannot be decoded: "
+            f"{type(error).__name__}: {str(error)[:200]}",
+            originator_id=str(stored.originator_id),
+            originator_version=stored.originator_version,
+            topic=stored.topic,
+        )
 
     def _feed(self, checker: chain.ChainChecker, stored: StoredEvent) -> None:
         task_id = task_id_of(str(stored.originator_id))
         try:
             body = self._body(stored)
-        except Exception as error:  # damaged bytes: a broken link, not a crash
+        except UnreadableEvent as error:  # damaged bytes: a broken link, not a crash
             checker.feed(
                 task_id,
                 stored.originator_version,
                 stored.topic,
                 None,
-                unreadable=f"{type(error).__name__}: {str(error)[:200]}",
+                unreadable=_why(error),
             )
             return
         checker.feed(task_id, stored.originator_version, stored.topic, body)
@@ -317,9 +521,7 @@ class Audits:
         for task_id, version, head in self.read_models.chain_heads():
             seen = checker.version(task_id)
             if version > seen:  # recorded since the scan began: read them too
-                for later in self.recorder.select_events(
-                    Task.create_id(task_id), gt=seen
-                ):
+                for later in self._stored_events(task_id, gt=seen):
                     self._feed(checker, later)
             checker.expect_head(task_id, version, head)
         return checker.results()
@@ -327,38 +529,41 @@ class Audits:
     def _audit(
         self, task_id: str, after: int = 0, limit: int | None = None
     ) -> TaskAudit:
+        """The page of the task's replayed history (read alone, from the
+        latest snapshot before it) and its whole chain."""
         self._require_task(task_id)
-        checker = chain.ChainChecker()
         entries: list[AuditEntry] = []
-        task: Task | None = None
         problem: str | None = None
-        last = None if limit is None else after + limit
-        for stored in self.recorder.select_events(Task.create_id(task_id)):
+        try:
+            for event, task in self._replay(task_id, after, limit):
+                entries.append(_entry(task, event, event.originator_version))
+        except UnreadableEvent as error:  # undecodable, or out of sequence
+            problem = (
+                f"version {error.originator_version} cannot be replayed: "
+                f"{type(error).__name__}: {redact(str(error))[:200]}"
+            )
+        return TaskAudit(
+            task_id=task_id,
+            chain=self._chain(task_id),
+            entries=entries,
+            problem=problem,
+        )
+
+    def _chain(self, task_id: str) -> chain.ChainStatus:
+        """The task's chain, checked over every stored event (as stored: no
+        event is decoded) up to the first break, and its end against the head
+        the task index kept."""
+        checker = chain.ChainChecker()
+        for stored in self._stored_events(task_id):
             self._feed(checker, stored)
-            if problem is not None:
-                continue  # the chain is checked to the end; the replay stops
-            try:
-                domain_event: Any = self.mapper.to_domain_event(stored)
-                task = domain_event.mutate(task)
-            except Exception as error:  # undecodable, or out of sequence
-                problem = (
-                    f"version {stored.originator_version} cannot be replayed: "
-                    f"{type(error).__name__}: {redact(str(error))[:200]}"
-                )
-                continue
-            assert task is not None
-            version = stored.originator_version
-            if version <= after or (last is not None and version > last):
-                continue
-            entries.append(_entry(task, domain_event, version))
+            if checker.problem(task_id) is not None:
+                break  # the events after a break change nothing
         for found_id, version, head in self.read_models.chain_heads(task_id):
             checker.expect_head(found_id, version, head)
         [status] = checker.results() or [
             chain.ChainStatus(task_id=task_id, state="unchained", events=0)
         ]
-        return TaskAudit(
-            task_id=task_id, chain=status, entries=entries, problem=problem
-        )
+        return status
 
     # ---------------------------------------------------------------- export
 
@@ -373,8 +578,10 @@ class Audits:
         try:
             body = self._body(stored)
             digest = chain.body_hash(stored.topic, body)
-        except Exception as error:  # damaged bytes: recorded as such
-            reason = f"{type(error).__name__}: {redact(str(error))[:200]}"
+        except (UnreadableEvent, *UNHASHABLE) as error:  # damaged: recorded as such
+            cause = error.__cause__ if isinstance(error, UnreadableEvent) else None
+            found = cause or error
+            reason = f"{type(found).__name__}: {redact(str(found))[:200]}"
             return {**line, "actor": None, "chain_prev": None, "hash": None,
                     "event": None, "unreadable": reason}  # fmt: skip
         chained = body.get("chain_prev") is not None
@@ -398,7 +605,7 @@ class Audits:
         heads: dict[str, Any] = {}
         for task_id in chosen:
             checker = chain.ChainChecker()
-            for stored in self.recorder.select_events(Task.create_id(task_id)):
+            for stored in self._stored_events(task_id):
                 line = self._export_line(task_id, stored)
                 checker.feed(
                     task_id,

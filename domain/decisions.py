@@ -258,3 +258,21 @@ def run_state_of(run: Run) -> RunState:
         paused_by=tuple(run.paused_by),
         updated_at=run.modified_on,
     )
+
+
+_NOT_CHANGES = frozenset(
+    {"originator_id", "originator_version", "timestamp", "originator_topic"}
+)
+
+
+def history_entry(event: Any, task: Task) -> HistoryEntry:
+    """One replayed event of a task's history, with the state it left the
+    task in (``task``, right after it)."""
+    return HistoryEntry(
+        version=event.originator_version,
+        event=type(event).__name__,
+        timestamp=event.timestamp,
+        changes=event.model_dump(mode="json", exclude=_NOT_CHANGES),
+        state=task.state,
+        consecutive_failures=task.consecutive_failures,
+    )

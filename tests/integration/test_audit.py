@@ -14,8 +14,16 @@ import orjson
 import psycopg
 import pytest
 
-from devs.domain import InvalidInput, Policy, RecoveryService, UnknownRun, UnknownTask
+from devs.domain import (
+    InvalidInput,
+    Policy,
+    RecoveryService,
+    UnknownRun,
+    UnknownTask,
+    UnreadableEvent,
+)
 from devs.domain.audit import verify_export
+from devs.domain.task import Task
 from tests.conftest import MakeService
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -630,3 +638,125 @@ def test_a_body_nested_past_any_event_breaks_the_chain_not_verify(
         p.startswith("task 't': version 3 cannot be hashed (ValueError")
         for p in problems
     ), problems
+
+
+# ------------------------------------------- one replay of a task's history
+
+
+def _broken_apply(error: Exception) -> Callable[[Any, Any], None]:
+    def apply(self: Any, aggregate: Any) -> None:
+        raise error
+
+    return apply
+
+
+@pytest.mark.parametrize("error", [RuntimeError("a bug"), KeyError("a bug")])
+@pytest.mark.parametrize("query", ["audit", "history", "what_if", "replay_check"])
+def test_a_bug_in_a_fold_is_raised_not_reported_as_unreadable(
+    service: RecoveryService,
+    monkeypatch: pytest.MonkeyPatch,
+    query: str,
+    error: Exception,
+) -> None:
+    """Only an event that cannot be decoded (or does not follow the one
+    before it) is the store's problem; a fold that raises is a bug, and is
+    raised as itself."""
+    _history(service)
+    monkeypatch.setattr(Task.GateFailed, "apply", _broken_apply(error))
+    calls: dict[str, Callable[[], object]] = {
+        "audit": lambda: service.audit("t"),
+        "history": lambda: service.history("t"),
+        "what_if": lambda: service.what_if(Policy()),
+        "replay_check": lambda: service.replay_check(),
+    }
+    with pytest.raises(type(error), match="a bug"):
+        calls[query]()
+
+
+def test_an_audit_page_reads_only_that_page(
+    service: RecoveryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page of a long history is replayed from the latest snapshot before
+    it, never from version 1; the chain is still checked over every event."""
+    service.start_task("long")
+    for _ in range(449):
+        service.report_entropy("long", 0.1)  # one EntropyMeasured each
+    assert service.task("long").version == 450
+    assert service.snapshots is not None
+    assert [s.originator_version for s in service.snapshots.get("task:long")] == [
+        200,
+        400,
+    ]
+    whole = service.audit("long")
+    whole_history = service.history("long")
+    decoded: list[int] = []
+    decode = service.mapper.to_domain_event
+
+    def counting(stored: Any) -> Any:
+        if stored.originator_id == "task:long":
+            decoded.append(stored.originator_version)
+        return decode(stored)
+
+    monkeypatch.setattr(service.mapper, "to_domain_event", counting)
+    page = service.audit("long", after=420, limit=5)
+    assert [e.version for e in page.entries] == [421, 422, 423, 424, 425]
+    assert page.entries == whole.entries[420:425]
+    assert page.chain == whole.chain  # every event's link, as before
+    assert page.problem is None
+    # The snapshot at 400, the events after it up to 420, then the page.
+    assert decoded == [400, *range(401, 426)], decoded
+    decoded.clear()
+    assert service.history("long", after=420, limit=5) == whole_history[420:425]
+    assert decoded == [400, *range(401, 426)], decoded
+
+
+def test_an_event_missing_in_the_middle_stops_the_replay_as_the_store_s_problem(
+    make_service: MakeService, execute: Execute
+) -> None:
+    service = make_service()
+    _history(service)
+    _history(service, "u")
+    execute(
+        f"DELETE FROM {_table(service)} WHERE originator_id = ? "
+        "AND originator_version = 5",
+        ("task:t",),
+    )
+    fresh = make_service()
+    audit = fresh.audit("t")
+    assert [e.version for e in audit.entries] == [1, 2, 3, 4]
+    assert audit.problem == (
+        "version 6 cannot be replayed: OutOfSequence: task 't': version 5 "
+        "expected, found version 6 (an event was deleted)"
+    )
+    assert fresh.audit("t", after=6).problem == audit.problem
+    with pytest.raises(UnreadableEvent, match="version 5 expected, found version 6"):
+        fresh.history("t")
+    with pytest.raises(UnreadableEvent, match="version 5 expected, found version 6"):
+        fresh.history("t", after=7)  # the task as of version 7 cannot be had
+    assert fresh.history("t", limit=4)[-1].version == 4  # before it: readable
+    expected = [
+        "task 't' cannot be re-decided: version 5 expected, found version 6 "
+        "(an event was deleted)"
+    ]
+    checked = fresh.replay_check()
+    assert (checked.ok, checked.tasks, checked.unreadable) == (False, 1, expected)
+    what_if = fresh.what_if(Policy())
+    assert (what_if.tasks, what_if.unreadable) == (1, expected)
+
+
+def test_an_undecodable_event_before_a_page_stops_its_replay(
+    make_service: MakeService, execute: Execute
+) -> None:
+    service = make_service()
+    _history(service)
+    _set_state(execute, _table(service), 4, b"\xff{not json")
+    fresh = make_service()
+    whole = fresh.audit("t")
+    assert [e.version for e in whole.entries] == [1, 2, 3]
+    assert whole.problem is not None
+    assert whole.problem.startswith(
+        "version 4 cannot be replayed: UnreadableEvent: stored event 4 of 'task:t' "
+    )
+    page = fresh.audit("t", after=5, limit=2)
+    assert (page.entries, page.problem) == ([], whole.problem)
+    assert fresh.audit("t", limit=3) == whole.model_copy(update={"problem": None})
