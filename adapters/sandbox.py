@@ -14,8 +14,10 @@ working directory, with a wall-clock timeout after which the whole group is
 killed; optionally with CPU-seconds and memory limits (``setrlimit``). Its
 environment is scrubbed of secret-looking variables unless they are passed
 through by name. Its stdout and stderr are merged and captured up to a size cap
-(the end is kept), then redacted and hashed (SHA-256) before anything else sees
-them.
+(the end is kept), decoded (undecodable bytes and NULs become U+FFFD), then
+redacted and hashed (SHA-256) before anything else sees them. Their length is
+not checked here: the task cuts a gate's error and output to their limits when
+it records them (:func:`devs.domain.values.cut`).
 
 A process that had to be killed (timeout, or a signal such as the CPU limit's
 ``SIGXCPU``) has no exit code: the gate sees ``None`` -> ``PROCESS_KILLED``.
@@ -616,7 +618,9 @@ def run_gate(
             signal_name = signal.Signals(returncode - 128).name
             exit_code = None
 
-    text = buffer.data.decode("utf-8", errors="replace")
+    # Undecodable bytes and NULs (which no text argument takes) become U+FFFD:
+    # whatever the command printed, its gate can be recorded.
+    text = buffer.data.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
     if buffer.dropped:
         text = f"[{buffer.dropped:,} earlier bytes of output dropped]\n" + text
     clean = redact(text)

@@ -9,7 +9,7 @@ replay runs no callbacks.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from transitions import Machine
 
@@ -26,6 +26,19 @@ class TaskState(StrEnum):
     COMPLETED = "COMPLETED"
     SKIPPED = "SKIPPED"
 
+
+StateValue = Literal[
+    "RUNNING",
+    "GATE_FAILED",
+    "ESCALATION",
+    "PAUSED",
+    "HAND_OFF",
+    "COMPLETED",
+    "SKIPPED",
+]
+""":class:`TaskState`'s values as a type checker sees them, for signatures
+that take a plain string (``state="PAUSED"``); checked against the enum by
+tests/unit/test_names.py, and validated against the enum at run time."""
 
 STATUS = {
     TaskState.RUNNING: "running",

@@ -7,6 +7,7 @@ spelled once, here; every other module refers to these members.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 
 class SessionReason(StrEnum):
@@ -25,6 +26,12 @@ class Resolution(StrEnum):
     SKIP = "skip"
 
 
+ResolutionValue = Literal["return", "complete", "skip"]
+""":class:`Resolution`'s values as a type checker sees them, for signatures
+that take a plain string (``resolution="return"``); checked against the enum
+by tests/unit/test_names.py, and validated against the enum at run time."""
+
+
 class HumanAction(StrEnum):
     """What a human did to a task."""
 
@@ -33,6 +40,10 @@ class HumanAction(StrEnum):
     SKIP = "skip"
     CLAIM = "claim"
     RESOLVE = "resolve"
+
+
+HumanActionValue = Literal["resume", "rewind", "skip", "claim", "resolve"]
+""":class:`HumanAction`'s values as a type checker sees them."""
 
 
 class NotificationKind(StrEnum):

@@ -30,6 +30,7 @@ from devs.domain.policy import Policy, StuckDetection
 from devs.domain.redaction import error_hash, excerpt, redact
 from devs.domain.stuck import WINDOW as STUCK_WINDOW
 from devs.domain.stuck import StuckAssessment, assess, failing_tests
+from devs.domain.values import ERROR_MAX, OUTPUT_MAX, cut
 
 MAX_LESSONS_PER_TASK = 1_000
 ERROR_MESSAGE_LIMIT = 2_000
@@ -415,7 +416,13 @@ class Task(Aggregate):
         error: str | None,
         output: str | None,
     ) -> None:
-        """Record a gate result; a failure climbs the ladder, a pass completes."""
+        """Record a gate result; a failure climbs the ladder, a pass completes.
+
+        A failure's ``error`` and ``output`` may be of any length: each is
+        redacted whole, then cut to ``ERROR_MAX`` / ``OUTPUT_MAX`` characters
+        (:func:`~devs.domain.values.cut`, which says so at its end), and the
+        end of that is kept in the record.
+        """
         # The events are triggered directly, not by calling the @event methods
         # (_pass_gate, _fail_gate), which apply them all the same: the
         # decorator's binding of arguments costs about 4 us a call, and this is
@@ -427,10 +434,15 @@ class Task(Aggregate):
             self.trigger_event(Task.GatePassed, gate=gate, strategy=clean_strategy)
             return
         destination(Trigger.FAIL_GATE, self.state)
+        # Redacted whole, then cut to their limits (saying so): cut first, a
+        # secret across the cut point would be half kept, too short to be
+        # recognised. The hash and the failing-test count read the whole text.
         clean_output = redact(output) if output else ""
         clean_error = redact(error) if error else ""
         if not clean_error:
             clean_error = _describe_failure(result)
+        kept_error = _kept(clean_error, ERROR_MAX, ERROR_MESSAGE_LIMIT)
+        kept_output = _kept(clean_output, OUTPUT_MAX, OUTPUT_EXCERPT_LIMIT)
         failure = FailureRecord.of(
             {
                 "kind": "gate",
@@ -438,8 +450,8 @@ class Task(Aggregate):
                 "strategy": redact(strategy) if strategy else self.current_strategy,
                 "reason": str(result.reason),
                 "exit_code": result.exit_code,
-                "error_message": excerpt(clean_error, ERROR_MESSAGE_LIMIT),
-                "output_excerpt": excerpt(clean_output, OUTPUT_EXCERPT_LIMIT),
+                "error_message": kept_error,
+                "output_excerpt": kept_output,
                 "error_hash": error_hash(clean_output or clean_error),
                 "at": datetime_now_with_tzinfo(),
                 "failing_tests": failing_tests(clean_output[-OUTPUT_EXCERPT_LIMIT:])
@@ -729,3 +741,11 @@ def _describe_failure(result: GateResult) -> str:
 
 
 register_topic(Task.Snapshot.TOPIC, Task.Snapshot)
+
+
+def _kept(text: str, limit: int, stored: int) -> str:
+    """What a failure keeps of ``text``: its last ``stored`` characters, and,
+    when it was longer than its ``limit``, a marker before them saying so."""
+    if len(text) > limit:
+        return cut(text, limit, keep=stored)
+    return excerpt(text, stored)

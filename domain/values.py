@@ -24,6 +24,12 @@ Enumerated values (``resolution``, ``state``) are ``Literal`` types
 
 Cycles and unknown prerequisites in a DAG are the run's business
 (:mod:`devs.domain.run`); :data:`Dag` checks only its shape.
+
+A gate's error and output (:data:`ErrorText`, :data:`OutputText`) are what an
+agent's command printed: hostile input, which must not lose the gate it
+reports. They are never refused for their length: the task redacts each whole,
+then :func:`cut` cuts it to :data:`ERROR_MAX` / :data:`OUTPUT_MAX`, saying so.
+Every other text over its limit is refused.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -53,7 +59,9 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from devs.domain.chart import StateValue, TaskState
 from devs.domain.errors import InvalidInput
+from devs.domain.names import Resolution, ResolutionValue
 from devs.domain.redaction import redact, secret_kind
 
 __all__ = [
@@ -93,6 +101,7 @@ __all__ = [
     "TaskId",
     "Version",
     "Wording",
+    "cut",
     "parse_time",
     "validated",
 ]
@@ -102,8 +111,8 @@ NAME_MAX = 200
 STRATEGY_MAX = 4_000
 SUMMARY_MAX = 16_000
 REASON_MAX = 4_000
-ERROR_MAX = 100_000
-OUTPUT_MAX = 10_000_000
+ERROR_MAX = 100_000  # a gate's error: longer is cut to this, never refused
+OUTPUT_MAX = 10_000_000  # a gate's output: longer is cut to this, never refused
 DAG_MAX_NODES = 10_000
 EXIT_CODE_MIN = -(2**31)
 EXIT_CODE_MAX = 2**32 - 1
@@ -358,32 +367,67 @@ Reason = Annotated[
 ]
 """Why a human acted: 1-4,000 characters; redacted."""
 
+# min_length=0 refuses nothing, but a length constraint makes pydantic-core read
+# the string's UTF-8 form, which refuses lone surrogates (string_unicode);
+# without one, a plain strict str takes them.
 ErrorText = Annotated[
     str,
-    StringConstraints(strict=True, max_length=ERROR_MAX),
+    StringConstraints(strict=True, min_length=0),
     AfterValidator(_no_nul),
     _TEXT,
 ]
-"""A gate's error message: up to 100,000 characters, may be empty.
+"""A gate's error message: any length, may be empty; no NUL, no lone surrogate.
 
-Redacted by the task when it records the gate (the only place it goes), not
-here as well."""
+Never refused for its length (an agent's output must not lose its gate): the
+task redacts it whole when it records the gate (the only place it goes), then
+cuts it to :data:`ERROR_MAX` characters with :func:`cut`. Not here: cut before
+it is redacted, a secret across the cut would be half kept."""
 
 OutputText = Annotated[
     str,
-    StringConstraints(strict=True, max_length=OUTPUT_MAX),
+    StringConstraints(strict=True, min_length=0),  # as ErrorText: no lone surrogate
     AfterValidator(_no_nul),
     _TEXT,
 ]
-"""A gate's output: up to 10,000,000 characters, may be empty.
+"""A gate's output: any length, may be empty; no NUL, no lone surrogate.
 
-Not redacted here: the task redacts it once, whole, when it records the gate
-(the error hash is taken of the redacted output), and it goes nowhere else.
+Never refused for its length, like :data:`ErrorText`: the task redacts it once,
+whole, when it records the gate (the error hash is taken of the whole redacted
+output), then cuts it to :data:`OUTPUT_MAX` characters with :func:`cut`; it
+goes nowhere else.
 
-Linear time: pydantic-core counts the characters on the string's UTF-8 form
-(which CPython then keeps on the string). 10,000,000 ASCII characters take about
-2 ms; as many 4-byte characters (emoji) about 70 ms, on first validation.
+Linear time: pydantic-core checks the string on its UTF-8 form (which CPython
+then keeps on the string). 10,000,000 ASCII characters take about 2 ms; as many
+4-byte characters (emoji) about 70 ms, on first validation.
 """
+
+
+def cut(text: str, limit: int, *, keep: int | None = None) -> str:
+    """``text`` when it has at most ``limit`` characters; else a marker that
+    says how long it was, then its end, ``keep`` characters in all (default
+    ``limit``): ``"[cut: 200,020 characters, the limit is 100,000] …boom"``.
+
+    The end is kept: the end of a log says most (the error, the summary of
+    the failing tests), and an event keeps a text's end. Never splits a
+    surrogate pair (text decoded with ``surrogatepass`` holds one as two code
+    points): the pair is kept whole or dropped. Linear time: one slice. Cut
+    what is already redacted: a secret across the cut point would otherwise
+    be half kept, too short to be recognised. ``ValueError`` when ``keep``
+    leaves no room for the marker.
+    """
+    length = len(text)
+    if length <= limit:
+        return text
+    marker = f"[cut: {length:,} characters, the limit is {limit:,}] …"
+    room = (limit if keep is None else keep) - len(marker)
+    if room < 0:
+        msg = f"limit {limit:,} is too small for the marker of a cut ({marker!r})"
+        raise ValueError(msg)
+    tail = text[length - room :] if room else ""
+    if tail and "\udc00" <= tail[0] <= "\udfff":  # half of a surrogate pair
+        tail = tail[1:]
+    return marker + tail
+
 
 ExitCode = (
     Annotated[
@@ -490,8 +534,10 @@ IdempotencyKey = Annotated[
 """A client's name for one command it may send more than once: 1-255 visible
 ASCII characters. Stored only as its SHA-256 (:mod:`devs.domain.receipt`)."""
 
-RequestText = Annotated[str, StringConstraints(strict=True, max_length=OUTPUT_MAX * 2)]
-"""What a command was asked, as its caller writes it down (hashed, not stored)."""
+RequestText = Annotated[str, StringConstraints(strict=True, min_length=0)]
+"""What a command was asked, as its caller writes it down (hashed, not stored):
+any length, no lone surrogate (as :data:`ErrorText`). It holds a gate's output,
+which is never refused for its length, so neither is it."""
 
 
 _NODE_IDS: TypeAdapter[list[str]] = TypeAdapter(list[NodeId])
@@ -556,32 +602,13 @@ def _one_of(allowed: Sequence[str]) -> Wording:
     return Wording(explain)
 
 
-RESOLUTIONS = ("return", "complete", "skip")
-STATES = (
-    "RUNNING",
-    "GATE_FAILED",
-    "ESCALATION",
-    "PAUSED",
-    "HAND_OFF",
-    "COMPLETED",
-    "SKIPPED",
-)
+RESOLUTIONS = tuple(member.value for member in Resolution)
+STATES = tuple(member.value for member in TaskState)
 
-ResolutionName = Annotated[Literal["return", "complete", "skip"], _one_of(RESOLUTIONS)]
+ResolutionName = Annotated[ResolutionValue, _one_of(RESOLUTIONS)]
 """How a human resolves a hand-off (a ``Resolution`` member or its value)."""
 
-StateName = Annotated[
-    Literal[
-        "RUNNING",
-        "GATE_FAILED",
-        "ESCALATION",
-        "PAUSED",
-        "HAND_OFF",
-        "COMPLETED",
-        "SKIPPED",
-    ],
-    _one_of(STATES),
-]
+StateName = Annotated[StateValue, _one_of(STATES)]
 """A task state (a ``TaskState`` member or its value)."""
 
 

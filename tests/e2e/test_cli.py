@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from devs.adapters.sandbox import WEAKER_ISOLATION, sandbox_unavailable
+from devs.domain import UnknownRun, UnknownTask
 from tests.helpers import event_count, require_bwrap
 
 DEVS = str(Path(sys.executable).with_name("devs"))
@@ -80,7 +82,21 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], text: str) -
     assert result.stdout == ""
 
 
+def gate_notice() -> str:
+    """What each ``devs gate run`` writes to stderr here: nothing under bwrap;
+    where bwrap cannot sandbox, its one-line fallback notice, except in CI
+    (``$CI`` set; CI installs bwrap), where the test fails, as ``require_bwrap``
+    does."""
+    why = sandbox_unavailable()
+    if why is None:
+        return ""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the sandboxed gate tests, but {why}")
+    return f"devs: warning: {why}; the gate runs with {WEAKER_ISOLATION}\n"
+
+
 def test_the_whole_ladder_through_real_gates(devs: Devs, tmp_path: Path) -> None:
+    notice = gate_notice()  # bwrap is not what this test is about
     dag = tmp_path / "dag.json"
     dag.write_text(json.dumps({"t1": [], "t2": ["t1"]}))
     devs("run", "start", "r1", "--dag", str(dag))
@@ -104,7 +120,7 @@ def test_the_whole_ladder_through_real_gates(devs: Devs, tmp_path: Path) -> None
     assert (
         block[-1] == "Run `devs rewind t1` to revert or `devs skip` to skip this task."
     )
-    assert escalated.stderr == ""  # the block goes to stdout only
+    assert escalated.stderr == notice  # the block goes to stdout only
     assert devs.json("run", "show", "r1")["status"] == "PAUSED"
 
     devs("resume", "t1", "--reason", "try again", "--actor", "alice")
@@ -249,6 +265,97 @@ def test_unknown_ids(devs: Devs, args: tuple[str, ...]) -> None:
     result = devs(*args, code=NOT_FOUND)
     assert_one_line_error(result, "unknown")
     assert event_count(devs.db) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("history", "ghost"),
+            "unknown task 'ghost': start it with `devs task start ghost` first",
+        ),
+        (
+            ("gate", "run", "ghost", "--", "true"),
+            "unknown task 'ghost': start it with `devs task start ghost` first",
+        ),
+        (
+            ("attempt", "a ghost", "s"),
+            "unknown task 'a ghost': start it with `devs task start 'a ghost'` first",
+        ),
+        (
+            ("run", "show", "nope"),
+            "unknown run 'nope': start it with `devs run start nope --dag FILE` first",
+        ),
+        (
+            ("task", "start", "t2", "--run", "nope"),
+            "unknown run 'nope': start it with `devs run start nope --dag FILE` first",
+        ),
+        (
+            ("status", "--run", "nope"),
+            "unknown run 'nope': start it with `devs run start nope --dag FILE` first",
+        ),
+    ],
+)
+def test_unknown_ids_name_the_command_that_starts_them(
+    devs: Devs, args: tuple[str, ...], message: str
+) -> None:
+    devs("task", "start", "t1")
+    result = devs(*args, code=NOT_FOUND)
+    assert result.stderr.splitlines() == [f"devs: error: {message}"]
+    assert result.stdout == ""
+
+
+def test_the_python_api_keeps_its_own_words_for_unknown_ids() -> None:
+    assert str(UnknownTask("x")) == "unknown task 'x': start it with start_task() first"
+    assert str(UnknownRun("r")) == "unknown run 'r': start it with start_run() first"
+
+
+def test_a_gate_that_prints_one_huge_line_is_recorded_with_its_error_cut(
+    devs: Devs,
+) -> None:
+    """The error line (how it ended and the last line: 200,020 characters) is
+    over its 100,000 limit: cut to its end, saying so, and the failed gate is
+    recorded."""
+    huge = "print('x' * 200_000); raise SystemExit(1)"
+    devs("task", "start", "t1")
+    ran = devs.json("gate", "run", "t1", "--", PY, "-c", huge, code=RETRY)
+    decision = ran["decision"]
+    assert (decision["reason"], decision["consecutive_failures"]) == (
+        "NON_ZERO_EXIT",
+        1,
+    )
+    assert decision["error_hash"] == ran["run"]["output_hash"]
+    cut = "[cut: 200,020 characters, the limit is 100,000] …x"
+    [*_, entry] = devs.json("history", "t1")
+    assert entry["event"] == "GateFailed"
+    stored = entry["changes"]["failure"]["error_message"]
+    assert stored.startswith(cut)
+    assert stored.endswith("x")
+    assert len(stored) == 2_000  # the excerpt the event keeps (its end)
+    assert devs.json("task", "show", "t1")["failure_history"][-1]["error_message"] == (
+        stored
+    )
+    # The plain forms print it too, and the human-readable run says retry.
+    again = devs("gate", "run", "t1", "--", PY, "-c", huge, code=RETRY)
+    assert "t1: tests failed (NON_ZERO_EXIT, exit code 1)" in again.stdout
+    # The human-readable lines shorten the text, the marker first.
+    [line] = [
+        line
+        for line in devs("history", "t1").stdout.splitlines()
+        if line.startswith("v2 ")
+    ]
+    assert "[cut: 200,020 characters, the limit is 100,000] …" in line
+    assert cut in devs("task", "show", "t1").stdout
+
+
+def test_a_gate_that_prints_nul_characters_is_recorded(devs: Devs) -> None:
+    devs("task", "start", "t1")
+    nul = "print('before\\0after'); raise SystemExit(1)"
+    ran = devs.json("gate", "run", "t1", "--", PY, "-c", nul, code=RETRY)
+    assert ran["decision"]["consecutive_failures"] == 1
+    last = devs.json("task", "show", "t1")["failure_history"][-1]
+    assert last["output_excerpt"] == "before\ufffdafter\n"
+    assert last["error_message"] == "exited with code 1: before\ufffdafter"
 
 
 @pytest.mark.parametrize(

@@ -170,6 +170,20 @@ def test_output_is_capped_keeping_the_end() -> None:
     assert len(result.output) < 1_100
 
 
+def test_nul_characters_in_the_output_become_replacement_characters(
+    isolation: Isolation,
+) -> None:
+    """A NUL cannot be recorded (no text argument takes one): like an
+    undecodable byte, it becomes U+FFFD, so the gate is still recorded."""
+    result = run_gate(
+        [PY, "-c", "import sys; sys.stdout.write('a\\0b\\n'); sys.exit(1)"],
+        isolation=isolation,
+    )
+    assert result.output == "a\ufffdb\n"
+    assert result.error_line == "exited with code 1: a\ufffdb"
+    assert result.output_hash == error_hash(result.output)
+
+
 def test_working_directory(tmp_path: Path, isolation: Isolation) -> None:
     result = run_gate(
         [PY, "-c", "import os; print(os.getcwd())"], cwd=tmp_path, isolation=isolation
