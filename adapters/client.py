@@ -26,7 +26,7 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -34,9 +34,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from devs.domain import (
     ActionResult,
-    AlreadyExists,
     AttemptDecision,
-    Conflict,
     DevsError,
     EntropyDecision,
     FailureReport,
@@ -44,11 +42,9 @@ from devs.domain import (
     GateStatus,
     HandoffEntry,
     HistoryEntry,
-    IllegalTransition,
     InvalidInput,
     Lesson,
     Metrics,
-    NotFound,
     Notification,
     PendingSession,
     Policy,
@@ -60,6 +56,9 @@ from devs.domain import (
 )
 from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import Written
+from devs.domain.errors import error_of_kind
+from devs.domain.names import ResolutionValue
+from devs.domain.service import RecoveryApi
 
 TOKEN_ENV = "DEVS_API_TOKEN"
 KEY_HEADER = "Idempotency-Key"
@@ -104,10 +103,16 @@ class Unauthorized(DevsError):
     """The service wants a token (``DEVS_API_TOKEN``) this client lacks or
     got wrong."""
 
+    kind = "unauthorized"
+    http_status = 401
+
 
 class ServiceError(DevsError):
     """The service answered something this client cannot read as a model or
     as one of the service's errors (a proxy's error page, a 5xx)."""
+
+    kind = "service_error"
+    http_status = 502
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
@@ -126,19 +131,14 @@ def _error(response: Answer) -> DevsError:
         return ServiceError(f"HTTP {status} from the service: {text!r}", status=status)
     if status == 401:
         return Unauthorized(detail)
-    if kind == "not_found":
-        return NotFound(detail)
-    if kind in ("invalid_input", "malformed_json") or status in (400, 422):
+    if status in (400, 422) and kind in ("malformed_json", "invalid_input"):
         if field == KEY_HEADER:
             field = "idempotency_key"  # as the in-process service names it
         return InvalidInput(detail, field=field)
-    if kind == "illegal_transition":
-        return IllegalTransition(detail)
-    if kind == "already_exists":
-        return AlreadyExists(detail)
-    if kind == "conflict":
-        return Conflict(detail)
-    if status in (503, 504) or kind == "store_unavailable":
+    error_class = error_of_kind(kind)
+    if error_class is not None and error_class.http_status == status:
+        return error_class(detail)
+    if status in (503, 504):  # a proxy's or a balancer's: the store is away
         return StoreError(detail)
     return ServiceError(f"HTTP {status} ({kind}): {detail}", status=status)
 
@@ -309,7 +309,7 @@ class HttpRecoveryClient:
         task_id: str,
         *,
         actor: str,
-        resolution: Literal["return", "complete", "skip"],
+        resolution: ResolutionValue,
         reason: str,
     ) -> ActionResult:
         body = {"actor": actor, "resolution": resolution, "reason": reason}
@@ -445,3 +445,14 @@ def _page(after: int, limit: int | None) -> dict[str, Any]:
 def _segment(value: str) -> str:
     """``value`` as one path segment (``/``, ``?``, ``#``, ``%`` escaped)."""
     return quote(value, safe="")
+
+
+if TYPE_CHECKING:
+    from devs.domain import RecoveryService
+
+    def _satisfied(
+        service: RecoveryService, client: HttpRecoveryClient
+    ) -> tuple[RecoveryApi, RecoveryApi]:
+        """Not run: mypy checks here that the service and this client both
+        have the service's interface (``devs.domain.service.RecoveryApi``)."""
+        return service, client

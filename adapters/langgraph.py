@@ -41,9 +41,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypedDict, TypeVar, cast
+from typing import Any, Literal, TypedDict, TypeVar, cast
 
 import orjson
 from langgraph.config import get_config
@@ -55,16 +54,19 @@ from devs.adapters.client import HttpRecoveryClient
 from devs.adapters.sandbox import Isolation, run_gate
 from devs.domain import (
     ActionResult,
-    AttemptDecision,
-    EntropyDecision,
     GateDecision,
     InvalidInput,
-    Lesson,
     Outcome,
     TaskSummary,
 )
 from devs.domain.decisions import STATE_OUTCOMES
-from devs.domain.names import HAND_OFF_REQUIRED, SessionReason
+from devs.domain.names import (
+    HAND_OFF_REQUIRED,
+    HumanActionValue,
+    ResolutionValue,
+    SessionReason,
+)
+from devs.domain.service import RecoveryApi
 from devs.domain.signals import STOP_REASONS
 
 T = TypeVar("T")
@@ -73,49 +75,10 @@ ROUTES: tuple[Route, ...] = ("proceed", "retry", "advance", "end")
 Where = Literal["attempt", "entropy", "gate"]
 
 
-class Backend(Protocol):
-    """What the referee needs of a service: ``RecoveryService`` and
-    ``HttpRecoveryClient`` both have it."""
-
-    def exactly_once(self, key: str, request: str) -> AbstractContextManager[None]: ...
-    def start_task(
-        self,
-        task_id: str,
-        *,
-        run_id: str | None = None,
-        agent: str | None = None,
-        last_commit: str | None = None,
-    ) -> TaskSummary: ...
-    def begin_attempt(self, task_id: str, strategy: str) -> AttemptDecision: ...
-    def report_entropy(self, task_id: str, score: float) -> EntropyDecision: ...
-    def log_lesson(
-        self, task_id: str, failed_strategy: str, rca_summary: str
-    ) -> Lesson: ...
-    def record_gate(
-        self,
-        task_id: str,
-        exit_code: int | None,
-        *,
-        gate: str | None = None,
-        strategy: str | None = None,
-        error: str | None = None,
-        output: str | None = None,
-    ) -> GateDecision: ...
-    def resume(self, task_id: str, *, actor: str, reason: str) -> ActionResult: ...
-    def rewind(
-        self, task_id: str, *, actor: str, reason: str, to_commit: str | None = None
-    ) -> ActionResult: ...
-    def skip(self, task_id: str, *, actor: str, reason: str) -> ActionResult: ...
-    def claim_handoff(self, task_id: str, *, actor: str) -> ActionResult: ...
-    def resolve_handoff(
-        self,
-        task_id: str,
-        *,
-        actor: str,
-        resolution: Literal["return", "complete", "skip"],
-        reason: str,
-    ) -> ActionResult: ...
-    def task(self, task_id: str) -> TaskSummary: ...
+Backend = RecoveryApi
+"""What the referee needs of a service: the service's interface
+(``devs.domain.service.RecoveryApi``), which ``RecoveryService`` and
+``HttpRecoveryClient`` both have."""
 
 
 class DevsState(TypedDict, total=False):
@@ -147,11 +110,11 @@ class HumanDecision(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    action: Literal["resume", "rewind", "skip", "claim", "resolve"]
+    action: HumanActionValue
     actor: str
     reason: str = "(no reason given)"
     to_commit: str | None = None
-    resolution: Literal["return", "complete", "skip"] | None = None
+    resolution: ResolutionValue | None = None
 
 
 _ANSWERS: dict[str, tuple[str, ...]] = {

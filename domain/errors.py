@@ -7,6 +7,8 @@ that raises has written nothing.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from devs.domain.redaction import redact
 
 
@@ -16,7 +18,16 @@ class DevsError(Exception):
     Its message is redacted: an error that quotes what a caller sent (a value
     out of range, an unknown id) never carries a credential to a log or a
     terminal.
+
+    Each kind of error says once how every edge reports it: ``kind`` (the
+    ``error`` of an HTTP error body), ``http_status`` and ``exit_code`` (the
+    ``devs`` command line's). The HTTP app, its client and the CLI read
+    these; :func:`error_of_kind` turns a kind back into its class.
     """
+
+    kind: ClassVar[str] = "refused"
+    http_status: ClassVar[int] = 409
+    exit_code: ClassVar[int] = 8
 
     def __init__(self, *args: object) -> None:
         if args and isinstance(args[0], str):
@@ -30,6 +41,10 @@ class InvalidInput(DevsError, ValueError):
     ``field`` names the argument refused, when one argument is to blame.
     """
 
+    kind = "invalid_input"
+    http_status = 422
+    exit_code = 6
+
     def __init__(self, *args: object, field: str | None = None) -> None:
         super().__init__(*args)
         self.field = field
@@ -37,6 +52,10 @@ class InvalidInput(DevsError, ValueError):
 
 class NotFound(DevsError, LookupError):
     """An id names nothing that was recorded."""
+
+    kind = "not_found"
+    http_status = 404
+    exit_code = 7
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
@@ -57,9 +76,13 @@ class UnknownRun(NotFound):
 class AlreadyExists(DevsError):
     """A task or run with this id was started before."""
 
+    kind = "already_exists"
+
 
 class IllegalTransition(DevsError):
     """The command is not allowed from the task's (or run's) current state."""
+
+    kind = "illegal_transition"
 
     def __init__(self, message: str, *, state: str | None = None) -> None:
         super().__init__(message)
@@ -70,10 +93,17 @@ class Conflict(DevsError):
     """Other writers changed the task (or run) under every retry of a command;
     nothing was written, and the command may be sent again."""
 
+    kind = "conflict"
+    exit_code = 10
+
 
 class StoreError(DevsError):
     """The event store cannot be used: damaged, not a database, unreadable, or
     busy for longer than the lock timeout. Nothing was written."""
+
+    kind = "store_unavailable"
+    http_status = 503
+    exit_code = 9
 
 
 class UnreadableEvent(StoreError):
@@ -95,3 +125,40 @@ class UnreadableEvent(StoreError):
         self.originator_version = originator_version
         self.topic = topic
         self.position = position
+
+
+class NotCaughtUp(DevsError):
+    """The read models did not fold the log position a query asked for
+    (read-your-writes: ``after=N``) within the wait allowed. Nothing is wrong
+    with the store; the query may be asked again."""
+
+    kind = "not_caught_up"
+    http_status = 504
+    exit_code = 9
+
+    def __init__(
+        self, message: str, *, position: int | None = None, reached: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.position = position
+        self.reached = reached
+
+
+def error_of_kind(kind: str) -> type[DevsError] | None:
+    """The class that reports errors of ``kind`` (``"not_found"`` ->
+    :class:`NotFound`), or ``None`` for a kind no class declares."""
+    return _KINDS.get(kind)
+
+
+def _declaring(cls: type[DevsError]) -> list[type[DevsError]]:
+    found = [cls] if "kind" in vars(cls) else []
+    for subclass in cls.__subclasses__():
+        found.extend(_declaring(subclass))
+    return found
+
+
+_KINDS: dict[str, type[DevsError]] = {
+    cls.kind: cls for cls in reversed(_declaring(DevsError))
+}
+"""Each kind's first declaring class (subclasses that repeat none of their
+own, like ``UnknownTask``, report as their base)."""

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 from devs.domain.chart import TaskState
 from devs.domain.gate import GateFailureReason
 from devs.domain.model import Immutable
-from devs.domain.names import SessionReason
+from devs.domain.names import ResolutionValue, SessionReason
 from devs.domain.run import RunStatus
 from devs.domain.task import FailureAnalysisReport, HandoffPayload
 
@@ -100,7 +100,7 @@ class RunState(Immutable):
     updated_at: datetime
 
 
-HandoffEnd = Literal["return", "complete", "skip", "open"]
+HandoffEnd = ResolutionValue | Literal["open"]
 """How a hand-off ended (a resolution; a rewind counts as ``return``, a skip as
 ``skip``), or ``open`` while it has not."""
 
@@ -264,6 +264,16 @@ class ReadModels(
 
     def catch_up(self) -> int:
         """Bring every read model up to the end of the log; return the position."""
+
+    def wait_for(self, position: int, timeout: float) -> int:
+        """Wait until every read model has folded log position ``position``,
+        at most ``timeout`` seconds; return the position they reached (at or
+        past ``position``). Waits for that position only, never for the end
+        of the log: under steady writes by others it still ends.
+
+        ``NotCaughtUp`` when the wait runs out (or ``position`` is past the
+        end of the log after it); ``StoreError`` when the store cannot be
+        used."""
 
     def rebuild(
         self,

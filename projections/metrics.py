@@ -33,12 +33,12 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 from eventsourcing.persistence import Tracking, TrackingRecorder
 
 from devs.domain.chart import TaskState
-from devs.domain.names import HumanAction, Resolution
+from devs.domain.names import HumanAction, Resolution, ResolutionValue
 from devs.domain.ports import (
     Distribution,
     HandoffEnd,
@@ -54,7 +54,7 @@ TOP_STRATEGIES = 10
 HAND_OFF = "hand_off"
 """``metrics_waits.reason`` of a hand-off (the others are session reasons)."""
 OPEN: HandoffEnd = "open"
-HANDOFF_ENDS: tuple[HandoffEnd, ...] = ("return", "complete", "skip", OPEN)
+HANDOFF_ENDS: tuple[HandoffEnd, ...] = (*get_args(ResolutionValue), OPEN)
 
 Step = Callable[[str], TaskState]
 Select = Callable[[str, Any], list[Any]]

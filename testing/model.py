@@ -20,12 +20,14 @@ from typing import Any, Literal
 from rapidfuzz.distance import Levenshtein
 
 from devs.domain.blacklist import SIMILARITY_RATIO
+from devs.domain.chart import TaskState
+from devs.domain.names import ResolutionValue
 from devs.domain.policy import Policy, StuckDetection
 from devs.domain.redaction import error_hash, redact
 from devs.domain.stuck import WINDOW, Attempted, assess, failing_tests
 
-WORKING = frozenset({"RUNNING", "GATE_FAILED"})
-WAITING = frozenset({"ESCALATION", "PAUSED", "HAND_OFF"})
+WORKING = frozenset({TaskState.RUNNING, TaskState.GATE_FAILED})
+WAITING = frozenset({TaskState.ESCALATION, TaskState.PAUSED, TaskState.HAND_OFF})
 UNFINISHED = WORKING | WAITING
 BLACKLISTED = "BLACKLISTED_STRATEGY"
 RESOLVED = {"return": "RUNNING", "complete": "COMPLETED", "skip": "SKIPPED"}
@@ -67,7 +69,7 @@ class Command:
     code: int | None = 1
     score: float = 0.0
     actor: str = "ann"
-    resolution: Literal["return", "complete", "skip"] = "return"
+    resolution: ResolutionValue = "return"
 
     def __repr__(self) -> str:
         fields = {

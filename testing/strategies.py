@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from devs.domain.policy import Policy, StuckDetection
-from devs.domain.values import Actor, OutputText, Strategy, TaskId
+from devs.domain.values import RESOLUTIONS, Actor, OutputText, Strategy, TaskId
 from devs.testing.model import Command
 
 ORDINARY = (
@@ -153,7 +153,7 @@ def commands(policy: Policy, *, tasks: int = 3) -> st.SearchStrategy[Command]:
             st.just("resolve"),
             task,
             actor=actors(),
-            resolution=st.sampled_from(["return", "complete", "skip"]),
+            resolution=st.sampled_from(RESOLUTIONS),
         ),
     )
 

@@ -7,6 +7,7 @@ import functools
 import getpass
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from enum import IntEnum
@@ -20,20 +21,18 @@ from rich.table import Table
 
 from devs.adapters import presenters
 from devs.domain import (
-    AlreadyExists,
     AttemptDecision,
-    Conflict,
     DevsError,
     GateDecision,
-    IllegalTransition,
-    InvalidInput,
-    NotFound,
     Outcome,
     RecoveryService,
     StoreError,
+    UnknownRun,
+    UnknownTask,
 )
 from devs.domain.application import DB_ENV, DEFAULT_DB
 from devs.domain.database import DATABASE_URL_ENV
+from devs.domain.redaction import redact
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -53,7 +52,8 @@ class ExitCode(IntEnum):
     REFUSED = (
         8  # not allowed in the current state (illegal transition); nothing written
     )
-    STORE = 9  # the database cannot be used (damaged, locked too long, unreadable)
+    STORE = 9  # the database cannot be used (damaged, locked too long, unreadable),
+    # or its read models did not catch up within DEVS_READ_WAIT
     CONFLICT = 10  # other writers won every retry; nothing written, send it again
 
 
@@ -65,16 +65,6 @@ OUTCOME_CODES = {
     Outcome.ESCALATE: ExitCode.ESCALATED,
     Outcome.HAND_OFF: ExitCode.HANDED_OFF,
 }
-
-_ERROR_CODES: tuple[tuple[type[DevsError], ExitCode], ...] = (
-    (InvalidInput, ExitCode.BAD_INPUT),
-    (NotFound, ExitCode.NOT_FOUND),
-    (IllegalTransition, ExitCode.REFUSED),
-    (AlreadyExists, ExitCode.REFUSED),
-    (StoreError, ExitCode.STORE),
-    (Conflict, ExitCode.CONFLICT),
-    (DevsError, ExitCode.REFUSED),  # any other: still one line, never a traceback
-)
 
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -115,6 +105,25 @@ def fail(message: str, code: ExitCode) -> None:
     sys.exit(int(code))
 
 
+def error_line(error: DevsError) -> str:
+    """The error as one line, in the command line's words: an unknown task or
+    run names the ``devs`` command that starts it, where the service's own
+    message names its method (``start_task()``, ``start_run()``)."""
+    if isinstance(error, UnknownTask):
+        message = redact(
+            f"unknown task {error.task_id!r}: start it with "
+            f"`devs task start {shlex.quote(error.task_id)}` first"
+        )
+    elif isinstance(error, UnknownRun):
+        message = redact(
+            f"unknown run {error.run_id!r}: start it with "
+            f"`devs run start {shlex.quote(error.run_id)} --dag FILE` first"
+        )
+    else:
+        message = str(error)  # redacted already: DevsError redacts its message
+    return " ".join(message.split())
+
+
 def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
     """Turn the service's errors into a one-line message and a documented code."""
 
@@ -122,11 +131,9 @@ def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
-        except DevsError as error:
-            for error_class, code in _ERROR_CODES:
-                if isinstance(error, error_class):
-                    fail(" ".join(str(error).split()), code)
-            raise
+        except DevsError as error:  # its class says its code (errors.py)
+            fail(error_line(error), ExitCode(error.exit_code))
+            raise  # unreachable: fail exits
 
     return wrapper
 

@@ -1,0 +1,172 @@
+"""The service's interface, declared once: every command and query a caller
+has, whichever way it reaches the referee.
+
+``RecoveryService`` (in process) and ``devs.adapters.client.HttpRecoveryClient``
+(over ``devs serve``) both satisfy :class:`RecoveryApi`; mypy checks it
+(``_satisfied`` in ``devs.adapters.client``), so a method added to one and not
+the other, or given another signature, fails the type check. Code that works
+with either — the LangGraph referee, an orchestrator, the property-testing
+kit — types its service as ``RecoveryApi``.
+
+Arguments are the plain types a caller passes (``str``, ``int``…); each
+implementation validates them (``InvalidInput`` naming the argument) and
+raises only :class:`~devs.domain.errors.DevsError` subclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from devs.domain.chart import StateValue
+from devs.domain.names import ResolutionValue
+
+if TYPE_CHECKING:
+    from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
+    from devs.domain.commands import Written
+    from devs.domain.decisions import (
+        ActionResult,
+        AttemptDecision,
+        EntropyDecision,
+        GateDecision,
+        HistoryEntry,
+        Notification,
+        TaskSummary,
+    )
+    from devs.domain.policy import Policy
+    from devs.domain.ports import (
+        FailureReport,
+        GateStatus,
+        HandoffEntry,
+        Lesson,
+        Metrics,
+        PendingSession,
+        RunState,
+        TaskIndexEntry,
+        Verification,
+    )
+
+
+class RecoveryApi(Protocol):
+    """The referee's commands and queries (docs/python-api.md)."""
+
+    # ------------------------------------------------------------ plumbing
+
+    def exactly_once(self, key: str, request: str) -> AbstractContextManager[None]:
+        """Commands in the block are done once per ``key``."""
+        ...
+
+    def written(self) -> AbstractContextManager[Written]:
+        """The log position the commands of the block reached."""
+        ...
+
+    # ------------------------------------------------------------ commands
+
+    def start_run(self, run_id: str, dag: Mapping[str, Sequence[str]]) -> RunState: ...
+
+    def start_task(
+        self,
+        task_id: str,
+        *,
+        run_id: str | None = None,
+        agent: str | None = None,
+        last_commit: str | None = None,
+    ) -> TaskSummary: ...
+
+    def begin_attempt(self, task_id: str, strategy: str) -> AttemptDecision: ...
+
+    def record_gate(
+        self,
+        task_id: str,
+        exit_code: int | None,
+        *,
+        gate: str | None = None,
+        strategy: str | None = None,
+        error: str | None = None,
+        output: str | None = None,
+    ) -> GateDecision: ...
+
+    def report_entropy(self, task_id: str, score: float) -> EntropyDecision: ...
+
+    def log_lesson(
+        self, task_id: str, failed_strategy: str, rca_summary: str
+    ) -> Lesson: ...
+
+    def resume(self, task_id: str, *, actor: str, reason: str) -> ActionResult: ...
+
+    def rewind(
+        self, task_id: str, *, actor: str, reason: str, to_commit: str | None = None
+    ) -> ActionResult: ...
+
+    def skip(self, task_id: str, *, actor: str, reason: str) -> ActionResult: ...
+
+    def claim_handoff(self, task_id: str, *, actor: str) -> ActionResult: ...
+
+    def resolve_handoff(
+        self,
+        task_id: str,
+        *,
+        actor: str,
+        resolution: ResolutionValue,
+        reason: str,
+    ) -> ActionResult: ...
+
+    # ------------------------------------------------------------- queries
+
+    def task(self, task_id: str) -> TaskSummary: ...
+
+    def state_at(self, task_id: str, version: int) -> TaskSummary: ...
+
+    def history(
+        self, task_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[HistoryEntry]: ...
+
+    def tasks(
+        self, *, state: StateValue | None = None, run_id: str | None = None
+    ) -> list[TaskIndexEntry]: ...
+
+    def gate_status(self, task_id: str) -> GateStatus: ...
+
+    def failure_report(self, task_id: str) -> FailureReport: ...
+
+    def lessons(self, task_id: str) -> list[Lesson]: ...
+
+    def is_strategy_blacklisted(self, task_id: str, candidate: str) -> bool: ...
+
+    def blacklist_directive(self, task_id: str) -> str: ...
+
+    def pending_sessions(self) -> list[PendingSession]: ...
+
+    def handoff_queue(self) -> list[HandoffEntry]: ...
+
+    def run_state(self, run_id: str) -> RunState: ...
+
+    def metrics(
+        self, *, run_id: str | None = None, since: datetime | None = None
+    ) -> Metrics: ...
+
+    def notifications(
+        self, *, after: int = 0, limit: int = 100
+    ) -> list[Notification]: ...
+
+    # --------------------------------------------------------------- audit
+
+    def verify(self) -> Verification: ...
+
+    def what_if(
+        self,
+        policy: Policy | Mapping[str, Any],
+        *,
+        task_ids: list[str] | None = None,
+        run_id: str | None = None,
+    ) -> WhatIfReport: ...
+
+    def replay_check(
+        self, *, task_ids: list[str] | None = None
+    ) -> ReplayCheckReport: ...
+
+    def audit(
+        self, task_id: str, *, after: int = 0, limit: int | None = None
+    ) -> TaskAudit: ...
