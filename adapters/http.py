@@ -23,17 +23,23 @@ all with examples.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import hmac
 import os
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal
+from importlib import metadata
+from queue import SimpleQueue
+from typing import Annotated, Any, TypeVar
 
 import orjson
-from fastapi import FastAPI, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -42,9 +48,7 @@ from devs.adapters.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from devs.adapters.prometheus import exposition
 from devs.domain import (
     ActionResult,
-    AlreadyExists,
     AttemptDecision,
-    Conflict,
     DevsError,
     EntropyDecision,
     FailureReport,
@@ -52,11 +56,10 @@ from devs.domain import (
     GateStatus,
     HandoffEntry,
     HistoryEntry,
-    IllegalTransition,
     InvalidInput,
     Lesson,
     Metrics,
-    NotFound,
+    NotCaughtUp,
     Notification,
     PendingSession,
     RecoveryService,
@@ -68,16 +71,20 @@ from devs.domain import (
 )
 from devs.domain.application import DB_ENV, DEFAULT_DB
 from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
-from devs.domain.database import DEFAULT_READ_WAIT, READ_WAIT_ENV, read_wait
+from devs.domain.commands import NO_WAIT, WouldWait
+from devs.domain.database import READ_WAIT_ENV, read_wait
+from devs.domain.names import ResolutionValue
 from devs.domain.redaction import redact
 from devs.domain.values import parse_time
 
 TOKEN_ENV = "DEVS_API_TOKEN"
+VERSION = metadata.version("devs-recovery")
 STREAM_POLL = 0.25  # seconds between looks at the log for new notifications
 STREAM_HEARTBEAT = 15.0  # seconds between comment lines on a quiet stream
 POSITION_HEADER = "X-Devs-Position"
 AFTER_HEADER = "X-Devs-After"
 KEY_HEADER = "Idempotency-Key"
+T = TypeVar("T")
 
 AfterQuery = Annotated[
     int | None, Query(description="wait until the read models folded this position")
@@ -184,7 +191,7 @@ class ClaimBody(Body):
 
 
 class ResolveBody(ActionBody):
-    resolution: Literal["return", "complete", "skip"]
+    resolution: ResolutionValue
 
 
 class WhatIfBody(Body):
@@ -227,15 +234,7 @@ class Readiness(BaseModel):
 
 # ------------------------------------------------------------------- errors
 
-_ERRORS: tuple[tuple[type[DevsError], int, str], ...] = (
-    (NotFound, 404, "not_found"),
-    (InvalidInput, 422, "invalid_input"),
-    (IllegalTransition, 409, "illegal_transition"),
-    (AlreadyExists, 409, "already_exists"),
-    (Conflict, 409, "conflict"),
-    (StoreError, 503, "store_unavailable"),
-    (DevsError, 409, "refused"),
-)
+_PARAMETER_SOURCES = ("body", "query", "path", "header", "cookie")
 _HTTP_KINDS = {
     400: "malformed_json",
     404: "not_found",
@@ -257,17 +256,31 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+DOCS_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+DOCS_ASSETS = "/static-offline-docs/"
+"""Swagger UI's and ReDoc's scripts, served from the package: no CDN."""
+
+
+def _open(path: str) -> bool:
+    """Paths served without the token: liveness and the API's documentation
+    (a browser cannot send the token for a page's scripts; Swagger UI's
+    "Authorize" sends it with each call it makes)."""
+    return path == "/healthz" or path in DOCS_PATHS or path.startswith(DOCS_ASSETS)
+
+
 class BearerToken:
-    """Every request but ``/healthz`` needs ``Authorization: Bearer <token>``
-    (compared in constant time), else 401. A plain ASGI middleware: a
-    ``@app.middleware("http")`` function costs about 0.4 ms per request here."""
+    """Every request but ``/healthz`` and the documentation (``/docs``,
+    ``/redoc``, ``/openapi.json`` and their assets) needs ``Authorization:
+    Bearer <token>`` (compared in constant time), else 401. A plain ASGI
+    middleware: a ``@app.middleware("http")`` function costs about 0.4 ms per
+    request here."""
 
     def __init__(self, app: ASGIApp, expected: bytes) -> None:
         self.app = app
         self.expected = expected
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] != "/healthz":
+        if scope["type"] == "http" and not _open(scope["path"]):
             given = b""
             for name, value in scope["headers"]:
                 if name == b"authorization":
@@ -275,7 +288,10 @@ class BearerToken:
                     break
             if not hmac.compare_digest(given, self.expected):
                 answer = error_response(
-                    401, "unauthorized", "send Authorization: Bearer <DEVS_API_TOKEN>"
+                    401,
+                    "unauthorized",
+                    "the API token is missing or wrong: send DEVS_API_TOKEN in "
+                    "the Authorization header, as a bearer token",
                 )
                 answer.headers["WWW-Authenticate"] = "Bearer"
                 await answer(scope, receive, send)
@@ -290,96 +306,146 @@ def error_response(
     return JSONResponse(body.model_dump(), status_code=status)
 
 
-class NotYet(Exception):
-    """A read-your-writes wait ran out."""
+class Writer:
+    """The worker's writer: one long-lived thread that runs its commands, one
+    at a time, for the event loop.
+
+    A command may wait for SQLite's write lock (``SQLITE_LOCK_TIMEOUT``, held
+    by a ``devs`` CLI command, a rebuild, another server), for PostgreSQL, or
+    sleep in its conflict back-off; on this thread it does so while the loop
+    goes on answering ``/healthz``, ``/readyz`` and queries. One thread, not
+    one per request: the loop hands it a command through a queue and is woken
+    when the answer is ready. The worker's commands took turns anyway: one
+    Python thread at a time, one SQLite writer at a time.
+
+    Handing over costs thread switches (on SQLite a fifth to two fifths of
+    one worker's decisions a second, bench/http_bench.py), so on SQLite the
+    loop does a command itself while the writer is idle, under ``NO_WAIT``:
+    one that would have to wait raises ``WouldWait`` having written nothing,
+    and is handed over then (``create_app``'s ``command``).
+    """
+
+    def __init__(self) -> None:
+        self._calls: SimpleQueue[_Call[Any] | None] = SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self.busy = 0
+        """Commands handed over and not yet answered (read on the loop)."""
+
+    async def run(self, call: Callable[[], T]) -> T:
+        """``call()`` on the writer thread (started the first time); its
+        value or its exception."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._serve, name="devs-writer", daemon=True
+            )
+            self._thread.start()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self.busy += 1  # back to 0 only once the thread is done with it
+        context = contextvars.copy_context()  # the request's, not the thread's
+        self._calls.put((lambda: context.run(call), future, loop))
+        return await future
+
+    def _serve(self) -> None:
+        while (item := self._calls.get()) is not None:
+            call, future, loop = item
+            try:
+                value = call()
+            except BaseException as error:  # handed to the request, raised there
+                loop.call_soon_threadsafe(_fail, future, error)
+            else:
+                loop.call_soon_threadsafe(_settle, future, value)
+            finally:
+                # Here, not when the request ends: a request cancelled while
+                # its command still runs must not let the loop start another.
+                loop.call_soon_threadsafe(self._done)
+
+    def _done(self) -> None:
+        self.busy -= 1
+
+    def close(self) -> None:
+        """Let the commands handed over finish, then end the thread."""
+        if self._thread is not None:
+            self._calls.put(None)
+            self._thread.join()
+            self._thread = None
+
+
+_Call = tuple[Callable[[], T], "asyncio.Future[T]", asyncio.AbstractEventLoop]
+
+
+def _settle(future: asyncio.Future[T], value: T) -> None:
+    if not future.done():  # the request may have been cancelled meanwhile
+        future.set_result(value)
+
+
+def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+def _document_the_token(app: FastAPI) -> None:
+    """Say in ``/openapi.json`` that every call takes the bearer token, so
+    that Swagger UI's "Authorize" sends it."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        document = generate()
+        schemes = document.setdefault("components", {}).setdefault(
+            "securitySchemes", {}
+        )
+        schemes["bearer"] = {"type": "http", "scheme": "bearer"}
+        document["security"] = [{"bearer": []}]
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 # ---------------------------------------------------------------- the app
 
 
-def create_app(
-    service: RecoveryService | Callable[[], RecoveryService],
-    *,
-    token: str | None = None,
-    read_wait: float = DEFAULT_READ_WAIT,
-) -> FastAPI:
-    """The ASGI app over ``service`` (or what ``service()`` opens at startup,
-    closed at shutdown). With ``token``, every request but ``/healthz`` needs
-    ``Authorization: Bearer <token>``."""
-    holder: dict[str, RecoveryService] = {}
-    if isinstance(service, RecoveryService):
-        holder["service"] = service
+# ------------------------------------------------------------ dependencies
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> Any:
-        opened = None
-        if "service" not in holder:
-            assert callable(service)
-            opened = holder["service"] = service()
-        try:
-            yield
-        finally:
-            if opened is not None:
-                opened.close()
 
-    app = FastAPI(
-        title="devs-recovery",
-        summary="An event-sourced referee for AI coding agents",
-        version="0.1.0",
-        lifespan=lifespan,
-        responses=ERROR_RESPONSES,
-    )
-    expected = f"Bearer {token}".encode() if token else None
+class Served:
+    """What one app serves: its service (opened at startup when given as a
+    callable), its writer thread and its read-your-writes bound. Held in
+    ``app.state.devs``; routes reach it through :data:`Devs`."""
 
-    def svc() -> RecoveryService:
-        return holder["service"]
+    def __init__(
+        self,
+        service: RecoveryService | Callable[[], RecoveryService],
+        read_wait: float | None,
+    ) -> None:
+        self._open = None if isinstance(service, RecoveryService) else service
+        self._service = service if isinstance(service, RecoveryService) else None
+        self.writer = Writer()
+        self._read_wait = read_wait
 
-    # ------------------------------------------------------------ plumbing
+    @property
+    def read_wait(self) -> float:
+        """How long a query waits for the position it asked for: as given to
+        ``create_app``, else the service's own (``DEVS_READ_WAIT``)."""
+        if self._read_wait is not None:
+            return self._read_wait
+        return self.service.read_wait
 
-    if expected is not None:
-        app.add_middleware(BearerToken, expected=expected)
+    @property
+    def service(self) -> RecoveryService:
+        if self._service is None:
+            msg = "the service is opened when the app starts (its lifespan)"
+            raise StoreError(msg)
+        return self._service
 
-    @app.exception_handler(DevsError)
-    async def devs_error(_: Request, error: DevsError) -> JSONResponse:
-        for error_class, status, kind in _ERRORS:
-            if isinstance(error, error_class):
-                field = error.field if isinstance(error, InvalidInput) else None
-                return error_response(status, kind, str(error), field)
-        raise error  # unreachable: DevsError is the last entry
+    def open(self) -> RecoveryService | None:
+        """Open the service if the app was given a callable; what it opened."""
+        if self._open is None or self._service is not None:
+            return None
+        self._service = self._open()
+        return self._service
 
-    @app.exception_handler(RequestValidationError)
-    async def bad_request(_: Request, error: RequestValidationError) -> JSONResponse:
-        problems = error.errors()
-        first = problems[0] if problems else {"loc": (), "msg": "bad request"}
-        if first.get("type") == "json_invalid":
-            return error_response(400, "malformed_json", str(first["msg"]))
-        where = [str(part) for part in first["loc"] if part not in ("body",)]
-        field = where[0] if where else None
-        detail = f"{'.'.join(where)}: {first['msg']}" if where else str(first["msg"])
-        return error_response(422, "invalid_input", detail, field)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
-        """FastAPI's own refusals (a body it cannot parse, an unknown path, a
-        wrong method) in the same shape."""
-        kind = _HTTP_KINDS.get(error.status_code, "bad_request")
-        answer = error_response(error.status_code, kind, str(error.detail))
-        for name, value in (error.headers or {}).items():
-            answer.headers[name] = value
-        return answer
-
-    @app.exception_handler(NotYet)
-    async def not_yet(_: Request, error: NotYet) -> JSONResponse:
-        return error_response(504, "not_caught_up", str(error))
-
-    # Commands run on the event loop, not in a worker thread: handing each to
-    # a thread and back costs more than the decision itself (1,350 against 740
-    # decisions/s on one worker, bench/http_bench.py), and a worker's commands
-    # take turns anyway (one Python thread at a time, one SQLite writer at a
-    # time). A command blocks its worker's loop only while it decides and
-    # commits; queries, which may wait for the read models (``?after=``), run
-    # in threads.
-    def command(
+    async def command(
+        self,
         status: int,
         key: str | None,
         path: str,
@@ -387,321 +453,306 @@ def create_app(
         call: Callable[[RecoveryService], BaseModel],
     ) -> Response:
         """Do a command (once per ``Idempotency-Key``, when one is given) and
-        answer it, with the log position it reached. The answer is the
-        model's own JSON: FastAPI would validate the model again against the
-        endpoint's ``response_model`` (the same class) before writing it."""
-        service = svc()
-        with service.written() as written:
-            if key is None:
-                value = call(service)
-            else:
-                request = f"POST {path}\n{body.model_dump_json()}"
-                try:
-                    with service.exactly_once(key, request):
-                        value = call(service)
-                except InvalidInput as error:
-                    if error.field == "idempotency_key":
-                        error.field = KEY_HEADER
-                    raise
-        position = written.position
-        if position is None:  # answered from a receipt: the log's end covers it
-            position = service.recorder.max_notification_id() or 0
-        return Response(
-            value.model_dump_json(),
-            status,
-            {POSITION_HEADER: str(position)},
-            media_type="application/json",
-        )
+        answer it, with the log position it reached (:class:`Writer` says
+        where it runs). The answer is the model's own JSON: FastAPI would
+        validate the model again against the endpoint's ``response_model``
+        (the same class) before writing it."""
+        service = self.service
 
-    def caught_up(after: int | None, header: str | None) -> None:
-        """Wait until the read models folded ``after`` (query or header)."""
-        wanted = after
-        if wanted is None and header is not None:
+        def decide() -> tuple[str, int]:
+            with service.written() as written:
+                if key is None:
+                    value = call(service)
+                else:
+                    request = f"POST {path}\n{body.model_dump_json()}"
+                    try:
+                        with service.exactly_once(key, request):
+                            value = call(service)
+                    except InvalidInput as error:
+                        if error.field == "idempotency_key":
+                            error.field = KEY_HEADER
+                        raise
+            position = written.position
+            if position is None:  # answered from a receipt: the log's end covers it
+                position = service.recorder.max_notification_id() or 0
+            return value.model_dump_json(), position
+
+        if not self.writer.busy and not service.on_postgres and not _heavy(body):
+            # On SQLite most commands never wait: one is done on the loop
+            # (no hand-over, no thread switch) unless it would have to wait
+            # for the write lock or a back-off; then, nothing written, it
+            # goes to the writer thread like every command behind it.
+            token = NO_WAIT.set(True)
             try:
-                wanted = int(header)
-            except ValueError:
-                msg = f"{AFTER_HEADER} must be an integer, got {header[:40]!r}"
-                raise InvalidInput(msg, field=AFTER_HEADER) from None
-        if wanted is None:
-            return
-        if wanted < 0:
-            msg = f"after must be a non-negative integer, got {wanted}"
-            raise InvalidInput(msg, field="after")
-        deadline = time.monotonic() + read_wait
-        while svc().catch_up() < wanted:
-            if time.monotonic() >= deadline:
-                msg = (
-                    f"the read models did not reach position {wanted} within "
-                    f"{read_wait:g} s"
-                )
-                raise NotYet(msg)
-            time.sleep(0.01)
+                answer, position = decide()
+            except WouldWait:
+                pass
+            else:
+                return _answer(answer, status, position)
+            finally:
+                NO_WAIT.reset(token)
+        answer, position = await self.writer.run(decide)
+        return _answer(answer, status, position)
 
-    # ------------------------------------------------------------ liveness
 
-    @app.get("/healthz", tags=["service"])
-    def healthz() -> Health:
-        """The process is up (no token needed)."""
-        return Health(ok=True)
+LOOP_TEXT_MAX = 256 * 1024
+"""A gate whose error and output hold more characters than this is decided on
+the writer thread, never on the loop: redacting it takes time (about 25 ms a
+MB)."""
 
-    @app.get("/readyz", tags=["service"], responses={503: {"model": Readiness}})
-    def readyz() -> Any:
-        """The store is reachable and the read models caught up."""
+
+def _heavy(body: Body) -> bool:
+    if not isinstance(body, GateBody):
+        return False
+    return len(body.output or "") + len(body.error or "") > LOOP_TEXT_MAX
+
+
+def _answer(answer: str, status: int, position: int) -> Response:
+    return Response(
+        answer, status, {POSITION_HEADER: str(position)}, media_type="application/json"
+    )
+
+
+async def _served(request: Request) -> Served:
+    served: Served = request.app.state.devs
+    return served
+
+
+Devs = Annotated[Served, Depends(_served)]
+"""The app's service, writer and bounds (async: resolved on the loop)."""
+
+
+def _read_after(
+    served: Devs, after: AfterQuery = None, x_after: AfterHeaderValue = None
+) -> int | None:
+    """The position a query asked for (``?after=`` or ``X-Devs-After``), once
+    the read models folded it: waits at most ``read_wait`` seconds (else 504).
+    A sync dependency: it waits in a thread, never on the loop."""
+    wanted = after
+    field = "after"
+    if wanted is None and x_after is not None:
+        field = AFTER_HEADER
         try:
-            position = svc().catch_up()
-        except StoreError:
-            return JSONResponse(Readiness(ready=False, position=0).model_dump(), 503)
-        return Readiness(ready=True, position=position)
+            wanted = int(x_after)
+        except ValueError:
+            msg = f"{AFTER_HEADER} must be an integer, got {x_after[:40]!r}"
+            raise InvalidInput(msg, field=AFTER_HEADER) from None
+    if wanted is None:
+        return None
+    if wanted < 0:
+        msg = f"after must be a non-negative integer, got {wanted}"
+        raise InvalidInput(msg, field=field)
+    try:
+        served.service.wait_for(wanted, timeout=served.read_wait)
+    except InvalidInput as error:  # past the largest position there can be
+        raise InvalidInput(str(error), field=field) from None
+    return wanted
 
-    # ------------------------------------------------------------ commands
 
-    @app.post("/runs", status_code=201, tags=["runs"], response_model=RunState)
-    async def start_run(body: StartRunBody, key: KeyHeader = None) -> Response:
-        return command(
-            201, key, "/runs", body, lambda s: s.start_run(body.run_id, body.dag)
-        )
+ReadAfter = Annotated[int | None, Depends(_read_after)]
+"""The log position a query reads at (``None``: the log as it ends now); the
+query runs in ``service.reading_after(position)``."""
 
-    @app.post("/tasks", status_code=201, tags=["tasks"], response_model=TaskSummary)
-    async def start_task(body: StartTaskBody, key: KeyHeader = None) -> Response:
-        return command(
-            201,
-            key,
-            "/tasks",
-            body,
-            lambda s: s.start_task(
-                body.task_id,
-                run_id=body.run_id,
-                agent=body.agent,
-                last_commit=body.last_commit,
-            ),
-        )
 
-    @app.post(
-        "/tasks/{task_id}/attempts", tags=["tasks"], response_model=AttemptDecision
+# ------------------------------------------------------------------ routers
+
+service_routes = APIRouter(tags=["service"])
+runs = APIRouter(tags=["runs"])
+tasks = APIRouter(tags=["tasks"])
+humans = APIRouter(tags=["humans"])
+audits = APIRouter(tags=["audit"])
+metrics = APIRouter(tags=["metrics"])
+notifications = APIRouter(tags=["notifications"])
+ROUTERS = (service_routes, runs, tasks, humans, audits, metrics, notifications)
+"""One router per resource; ``create_app`` includes them all."""
+
+
+@service_routes.get("/healthz", openapi_extra={"security": []})
+async def healthz() -> Health:
+    """The process is up (no token needed)."""
+    return Health(ok=True)
+
+
+@service_routes.get("/readyz", responses={503: {"model": Readiness}})
+def readyz(served: Devs) -> Any:
+    """The store is reachable and the read models caught up."""
+    try:
+        position = served.service.catch_up()
+    except (StoreError, NotCaughtUp):
+        return JSONResponse(Readiness(ready=False, position=0).model_dump(), 503)
+    return Readiness(ready=True, position=position)
+
+
+# --------------------------------------------------------------------- runs
+
+
+@runs.post("/runs", status_code=201, response_model=RunState)
+async def start_run(
+    served: Devs, body: StartRunBody, key: KeyHeader = None
+) -> Response:
+    return await served.command(
+        201, key, "/runs", body, lambda s: s.start_run(body.run_id, body.dag)
     )
-    async def begin_attempt(
-        task_id: str, body: AttemptBody, key: KeyHeader = None
-    ) -> Response:
-        return command(
-            200,
-            key,
-            f"/tasks/{task_id}/attempts",
-            body,
-            lambda s: s.begin_attempt(task_id, body.strategy),
-        )
 
-    @app.post("/tasks/{task_id}/gates", tags=["tasks"], response_model=GateDecision)
-    async def record_gate(
-        task_id: str, body: GateBody, key: KeyHeader = None
-    ) -> Response:
-        return command(
-            200,
-            key,
-            f"/tasks/{task_id}/gates",
-            body,
-            lambda s: s.record_gate(
-                task_id,
-                body.exit_code,
-                gate=body.gate,
-                strategy=body.strategy,
-                error=body.error,
-                output=body.output,
-            ),
-        )
 
-    @app.post(
-        "/tasks/{task_id}/entropy", tags=["tasks"], response_model=EntropyDecision
+@runs.get("/runs/{run_id}")
+def run_state(served: Devs, run_id: str, position: ReadAfter) -> RunState:
+    with served.service.reading_after(position):
+        return served.service.run_state(run_id)
+
+
+# -------------------------------------------------------------------- tasks
+
+
+@tasks.post("/tasks", status_code=201, response_model=TaskSummary)
+async def start_task(
+    served: Devs, body: StartTaskBody, key: KeyHeader = None
+) -> Response:
+    return await served.command(
+        201,
+        key,
+        "/tasks",
+        body,
+        lambda s: s.start_task(
+            body.task_id,
+            run_id=body.run_id,
+            agent=body.agent,
+            last_commit=body.last_commit,
+        ),
     )
-    async def report_entropy(
-        task_id: str, body: EntropyBody, key: KeyHeader = None
-    ) -> Response:
-        return command(
-            200,
-            key,
-            f"/tasks/{task_id}/entropy",
-            body,
-            lambda s: s.report_entropy(task_id, body.score),
-        )
 
-    @app.post(
-        "/tasks/{task_id}/lessons",
-        status_code=201,
-        tags=["tasks"],
-        response_model=Lesson,
+
+@tasks.post("/tasks/{task_id}/attempts", response_model=AttemptDecision)
+async def begin_attempt(
+    served: Devs, task_id: str, body: AttemptBody, key: KeyHeader = None
+) -> Response:
+    return await served.command(
+        200,
+        key,
+        f"/tasks/{task_id}/attempts",
+        body,
+        lambda s: s.begin_attempt(task_id, body.strategy),
     )
-    async def log_lesson(
-        task_id: str, body: LessonBody, key: KeyHeader = None
-    ) -> Response:
-        return command(
-            201,
-            key,
-            f"/tasks/{task_id}/lessons",
-            body,
-            lambda s: s.log_lesson(task_id, body.failed_strategy, body.rca_summary),
-        )
 
-    @app.post("/tasks/{task_id}/resume", tags=["humans"], response_model=ActionResult)
-    async def resume(task_id: str, body: ActionBody, key: KeyHeader = None) -> Response:
-        return command(
-            200,
-            key,
-            f"/tasks/{task_id}/resume",
-            body,
-            lambda s: s.resume(task_id, actor=body.actor, reason=body.reason),
-        )
 
-    @app.post("/tasks/{task_id}/rewind", tags=["humans"], response_model=ActionResult)
-    async def rewind(task_id: str, body: RewindBody, key: KeyHeader = None) -> Response:
-        return command(
-            200,
-            key,
-            f"/tasks/{task_id}/rewind",
-            body,
-            lambda s: s.rewind(
-                task_id, actor=body.actor, reason=body.reason, to_commit=body.to_commit
-            ),
-        )
+@tasks.post("/tasks/{task_id}/gates", response_model=GateDecision)
+async def record_gate(
+    served: Devs, task_id: str, body: GateBody, key: KeyHeader = None
+) -> Response:
+    return await served.command(
+        200,
+        key,
+        f"/tasks/{task_id}/gates",
+        body,
+        lambda s: s.record_gate(
+            task_id,
+            body.exit_code,
+            gate=body.gate,
+            strategy=body.strategy,
+            error=body.error,
+            output=body.output,
+        ),
+    )
 
-    @app.post("/tasks/{task_id}/skip", tags=["humans"], response_model=ActionResult)
-    async def skip(task_id: str, body: ActionBody, key: KeyHeader = None) -> Response:
-        return command(
-            200,
-            key,
-            f"/tasks/{task_id}/skip",
-            body,
-            lambda s: s.skip(task_id, actor=body.actor, reason=body.reason),
-        )
 
-    @app.post("/tasks/{task_id}/claim", tags=["humans"], response_model=ActionResult)
-    async def claim(task_id: str, body: ClaimBody, key: KeyHeader = None) -> Response:
-        return command(
-            200,
-            key,
-            f"/tasks/{task_id}/claim",
-            body,
-            lambda s: s.claim_handoff(task_id, actor=body.actor),
-        )
+@tasks.post("/tasks/{task_id}/entropy", response_model=EntropyDecision)
+async def report_entropy(
+    served: Devs, task_id: str, body: EntropyBody, key: KeyHeader = None
+) -> Response:
+    return await served.command(
+        200,
+        key,
+        f"/tasks/{task_id}/entropy",
+        body,
+        lambda s: s.report_entropy(task_id, body.score),
+    )
 
-    @app.post("/tasks/{task_id}/resolve", tags=["humans"], response_model=ActionResult)
-    async def resolve(
-        task_id: str, body: ResolveBody, key: KeyHeader = None
-    ) -> Response:
-        return command(
-            200,
-            key,
-            f"/tasks/{task_id}/resolve",
-            body,
-            lambda s: s.resolve_handoff(
-                task_id,
-                actor=body.actor,
-                resolution=body.resolution,
-                reason=body.reason,
-            ),
-        )
 
-    # ------------------------------------------------------------- queries
+@tasks.post("/tasks/{task_id}/lessons", status_code=201, response_model=Lesson)
+async def log_lesson(
+    served: Devs, task_id: str, body: LessonBody, key: KeyHeader = None
+) -> Response:
+    return await served.command(
+        201,
+        key,
+        f"/tasks/{task_id}/lessons",
+        body,
+        lambda s: s.log_lesson(task_id, body.failed_strategy, body.rca_summary),
+    )
 
-    @app.get("/runs/{run_id}", tags=["runs"])
-    def run_state(
-        run_id: str, after: AfterQuery = None, x_after: AfterHeaderValue = None
-    ) -> RunState:
-        caught_up(after, x_after)
-        return svc().run_state(run_id)
 
-    @app.get("/tasks", tags=["tasks"])
-    def tasks(
-        state: str | None = None,
-        run_id: str | None = None,
-        after: AfterQuery = None,
-        x_after: AfterHeaderValue = None,
-    ) -> list[TaskIndexEntry]:
-        caught_up(after, x_after)
-        chosen: Any = state  # the service says which states there are
-        return svc().tasks(state=chosen, run_id=run_id)
+@tasks.get("/tasks", operation_id="tasks_tasks_get")
+def list_tasks(
+    served: Devs,
+    position: ReadAfter,
+    state: str | None = None,
+    run_id: str | None = None,
+) -> list[TaskIndexEntry]:
+    chosen: Any = state  # the service says which states there are
+    with served.service.reading_after(position):
+        return served.service.tasks(state=chosen, run_id=run_id)
 
-    @app.get("/tasks/{task_id}", tags=["tasks"])
-    def task(task_id: str) -> TaskSummary:
-        """The task as its events say now (read from the log: always current)."""
-        return svc().task(task_id)
 
-    @app.get("/tasks/{task_id}/gate-status", tags=["tasks"])
-    def gate_status(
-        task_id: str, after: AfterQuery = None, x_after: AfterHeaderValue = None
-    ) -> GateStatus:
-        caught_up(after, x_after)
-        return svc().gate_status(task_id)
+@tasks.get("/tasks/{task_id}")
+def task(served: Devs, task_id: str) -> TaskSummary:
+    """The task as its events say now (read from the log: always current)."""
+    return served.service.task(task_id)
 
-    @app.get("/tasks/{task_id}/lessons", tags=["tasks"])
-    def lessons(
-        task_id: str, after: AfterQuery = None, x_after: AfterHeaderValue = None
-    ) -> list[Lesson]:
-        caught_up(after, x_after)
-        return svc().lessons(task_id)
 
-    @app.get("/tasks/{task_id}/failure-report", tags=["tasks"])
-    def failure_report(
-        task_id: str, after: AfterQuery = None, x_after: AfterHeaderValue = None
-    ) -> FailureReport:
-        caught_up(after, x_after)
-        return svc().failure_report(task_id)
+@tasks.get("/tasks/{task_id}/gate-status")
+def gate_status(served: Devs, task_id: str, position: ReadAfter) -> GateStatus:
+    with served.service.reading_after(position):
+        return served.service.gate_status(task_id)
 
-    @app.get("/tasks/{task_id}/history", tags=["tasks"])
-    def history(
-        task_id: str,
-        after_version: AfterVersionQuery = 0,
-        limit: PageLimitQuery = None,
-    ) -> list[HistoryEntry]:
-        """The audited history, a page at a time (read from the log)."""
-        return svc().history(task_id, after=after_version, limit=limit)
 
-    @app.get("/tasks/{task_id}/history/{version}", tags=["tasks"])
-    def state_at(task_id: str, version: int) -> TaskSummary:
-        """The task as it was right after event number ``version``."""
-        return svc().state_at(task_id, version)
+@tasks.get("/tasks/{task_id}/lessons")
+def lessons(served: Devs, task_id: str, position: ReadAfter) -> list[Lesson]:
+    with served.service.reading_after(position):
+        return served.service.lessons(task_id)
 
-    @app.get("/verify", tags=["audit"])
-    def verify() -> Verification:
-        """``verify()``: every read model against a fold of the log, every
-        event decodable, every hash chain unbroken; writes nothing."""
-        return svc().verify()
 
-    @app.get("/replay-check", tags=["audit"])
-    def replay_check(
-        task_id: Annotated[
-            list[str] | None, Query(description="only these tasks (repeatable)")
-        ] = None,
-    ) -> ReplayCheckReport:
-        """``replay_check()``: every recorded history re-decided by today's
-        code under its own policy; writes nothing."""
-        return svc().replay_check(task_ids=task_id)
+@tasks.get("/tasks/{task_id}/failure-report")
+def failure_report(served: Devs, task_id: str, position: ReadAfter) -> FailureReport:
+    with served.service.reading_after(position):
+        return served.service.failure_report(task_id)
 
-    @app.post("/what-if", tags=["audit"])
-    def what_if(body: WhatIfBody) -> WhatIfReport:
-        """``what_if(policy)``: every recorded history (or the named tasks, or
-        a run's) re-decided under the policy in force with ``policy``'s
-        changes; writes nothing (a POST for its body, not a command)."""
-        return svc().what_if(body.policy, task_ids=body.task_ids, run_id=body.run_id)
 
-    @app.get("/tasks/{task_id}/audit", tags=["tasks"])
-    def audit(
-        task_id: str,
-        after_version: AfterVersionQuery = 0,
-        limit: PageLimitQuery = None,
-    ) -> TaskAudit:
-        """The replayed history, a page at a time, each event with its actor
-        and its link in the task's hash chain, and the state of the whole
-        chain (intact, unchained, broken)."""
-        return svc().audit(task_id, after=after_version, limit=limit)
+@tasks.get("/tasks/{task_id}/history")
+def history(
+    served: Devs,
+    task_id: str,
+    after_version: AfterVersionQuery = 0,
+    limit: PageLimitQuery = None,
+) -> list[HistoryEntry]:
+    """The audited history, a page at a time (read from the log)."""
+    return served.service.history(task_id, after=after_version, limit=limit)
 
-    @app.get("/tasks/{task_id}/blacklist", tags=["tasks"])
-    def blacklist(
-        task_id: str,
-        candidate: str | None = None,
-        after: AfterQuery = None,
-        x_after: AfterHeaderValue = None,
-    ) -> BlacklistAnswer:
-        caught_up(after, x_after)
-        service = svc()
+
+@tasks.get("/tasks/{task_id}/history/{version}")
+def state_at(served: Devs, task_id: str, version: int) -> TaskSummary:
+    """The task as it was right after event number ``version``."""
+    return served.service.state_at(task_id, version)
+
+
+@tasks.get("/tasks/{task_id}/audit")
+def audit(
+    served: Devs,
+    task_id: str,
+    after_version: AfterVersionQuery = 0,
+    limit: PageLimitQuery = None,
+) -> TaskAudit:
+    """The replayed history, a page at a time, each event with its actor
+    and its link in the task's hash chain, and the state of the whole
+    chain (intact, unchained, broken)."""
+    return served.service.audit(task_id, after=after_version, limit=limit)
+
+
+@tasks.get("/tasks/{task_id}/blacklist")
+def blacklist(
+    served: Devs, task_id: str, position: ReadAfter, candidate: str | None = None
+) -> BlacklistAnswer:
+    service = served.service
+    with service.reading_after(position):
         return BlacklistAnswer(
             task_id=task_id,
             candidate=candidate,
@@ -711,101 +762,285 @@ def create_app(
             directive=service.blacklist_directive(task_id),
         )
 
-    @app.get("/sessions", tags=["humans"])
-    def sessions(
-        after: AfterQuery = None, x_after: AfterHeaderValue = None
-    ) -> list[PendingSession]:
-        caught_up(after, x_after)
-        return svc().pending_sessions()
 
-    @app.get("/handoffs", tags=["humans"])
-    def handoffs(
-        after: AfterQuery = None, x_after: AfterHeaderValue = None
-    ) -> list[HandoffEntry]:
-        caught_up(after, x_after)
-        return svc().handoff_queue()
+# -------------------------------------------------- sessions and hand-offs
 
-    def figures(run_id: str | None, since: str | None) -> Metrics:
-        moment = None if since is None else parse_time(since, "since")
-        return svc().metrics(run_id=run_id, since=moment)
 
-    @app.get(
-        "/metrics",
-        tags=["metrics"],
-        response_class=Response,
-        responses={
-            200: {
-                "content": {"text/plain": {"schema": {"type": "string"}}},
-                "description": "the metrics in Prometheus' text format",
-            }
-        },
+@humans.post("/tasks/{task_id}/resume", response_model=ActionResult)
+async def resume(
+    served: Devs, task_id: str, body: ActionBody, key: KeyHeader = None
+) -> Response:
+    return await served.command(
+        200,
+        key,
+        f"/tasks/{task_id}/resume",
+        body,
+        lambda s: s.resume(task_id, actor=body.actor, reason=body.reason),
     )
-    def prometheus_metrics(
-        run_id: RunQuery = None,
-        since: SinceQuery = None,
-        after: AfterQuery = None,
-        x_after: AfterHeaderValue = None,
-    ) -> Response:
-        """``metrics()`` in Prometheus' text exposition format (``devs_…``)."""
-        caught_up(after, x_after)
-        return Response(
-            exposition(figures(run_id, since)), media_type=PROMETHEUS_CONTENT_TYPE
-        )
 
-    @app.get("/metrics/json", tags=["metrics"])
-    def metrics_json(
-        run_id: RunQuery = None,
-        since: SinceQuery = None,
-        after: AfterQuery = None,
-        x_after: AfterHeaderValue = None,
-    ) -> Metrics:
-        """``metrics()`` as JSON."""
-        caught_up(after, x_after)
-        return figures(run_id, since)
 
-    @app.get("/notifications", tags=["notifications"])
-    def notifications(
-        after: Annotated[int, Query(description="log position to start after")] = 0,
-        limit: Annotated[
-            int, Query(description="at most this many (1 to 10,000)")
-        ] = 100,
-    ) -> list[Notification]:
-        """Escalations, pauses, hand-offs and blocked attempts, in log order."""
-        return svc().notifications(after=after, limit=limit)
-
-    @app.get(
-        "/notifications/stream",
-        tags=["notifications"],
-        response_class=StreamingResponse,
-        responses={200: {"content": {"text/event-stream": {}}}},
+@humans.post("/tasks/{task_id}/rewind", response_model=ActionResult)
+async def rewind(
+    served: Devs, task_id: str, body: RewindBody, key: KeyHeader = None
+) -> Response:
+    return await served.command(
+        200,
+        key,
+        f"/tasks/{task_id}/rewind",
+        body,
+        lambda s: s.rewind(
+            task_id, actor=body.actor, reason=body.reason, to_commit=body.to_commit
+        ),
     )
-    def stream(
-        after: Annotated[int, Query(description="log position to start after")] = 0,
-        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-    ) -> StreamingResponse:
-        """Server-Sent Events: each notification as it is recorded, ``id:`` its
-        log position, ``data:`` its JSON. A client reconnecting with
-        ``Last-Event-ID`` misses nothing."""
-        start = after
-        if last_event_id is not None:
-            try:
-                start = int(last_event_id)
-            except ValueError:
-                msg = f"Last-Event-ID must be an integer, got {last_event_id[:40]!r}"
-                raise InvalidInput(msg, field="Last-Event-ID") from None
-        svc().notifications(after=start, limit=1)  # a bad position fails here, as 422
-        return StreamingResponse(_events(svc, start), media_type="text/event-stream")
 
+
+@humans.post("/tasks/{task_id}/skip", response_model=ActionResult)
+async def skip(
+    served: Devs, task_id: str, body: ActionBody, key: KeyHeader = None
+) -> Response:
+    return await served.command(
+        200,
+        key,
+        f"/tasks/{task_id}/skip",
+        body,
+        lambda s: s.skip(task_id, actor=body.actor, reason=body.reason),
+    )
+
+
+@humans.post("/tasks/{task_id}/claim", response_model=ActionResult)
+async def claim(
+    served: Devs, task_id: str, body: ClaimBody, key: KeyHeader = None
+) -> Response:
+    return await served.command(
+        200,
+        key,
+        f"/tasks/{task_id}/claim",
+        body,
+        lambda s: s.claim_handoff(task_id, actor=body.actor),
+    )
+
+
+@humans.post("/tasks/{task_id}/resolve", response_model=ActionResult)
+async def resolve(
+    served: Devs, task_id: str, body: ResolveBody, key: KeyHeader = None
+) -> Response:
+    return await served.command(
+        200,
+        key,
+        f"/tasks/{task_id}/resolve",
+        body,
+        lambda s: s.resolve_handoff(
+            task_id, actor=body.actor, resolution=body.resolution, reason=body.reason
+        ),
+    )
+
+
+@humans.get("/sessions")
+def sessions(served: Devs, position: ReadAfter) -> list[PendingSession]:
+    with served.service.reading_after(position):
+        return served.service.pending_sessions()
+
+
+@humans.get("/handoffs")
+def handoffs(served: Devs, position: ReadAfter) -> list[HandoffEntry]:
+    with served.service.reading_after(position):
+        return served.service.handoff_queue()
+
+
+# -------------------------------------------------------------------- audit
+
+
+@audits.get("/verify")
+def verify(served: Devs) -> Verification:
+    """``verify()``: every read model against a fold of the log, every
+    event decodable, every hash chain unbroken; writes nothing."""
+    return served.service.verify()
+
+
+@audits.get("/replay-check")
+def replay_check(
+    served: Devs,
+    task_id: Annotated[
+        list[str] | None, Query(description="only these tasks (repeatable)")
+    ] = None,
+) -> ReplayCheckReport:
+    """``replay_check()``: every recorded history re-decided by today's
+    code under its own policy; writes nothing."""
+    return served.service.replay_check(task_ids=task_id)
+
+
+@audits.post("/what-if")
+def what_if(served: Devs, body: WhatIfBody) -> WhatIfReport:
+    """``what_if(policy)``: every recorded history (or the named tasks, or
+    a run's) re-decided under the policy in force with ``policy``'s
+    changes; writes nothing (a POST for its body, not a command)."""
+    return served.service.what_if(
+        body.policy, task_ids=body.task_ids, run_id=body.run_id
+    )
+
+
+# ------------------------------------------------------------------ metrics
+
+
+def _figures(served: Served, run_id: str | None, since: str | None) -> Metrics:
+    moment = None if since is None else parse_time(since, "since")
+    return served.service.metrics(run_id=run_id, since=moment)
+
+
+@metrics.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+            "description": "the metrics in Prometheus' text format",
+        }
+    },
+)
+def prometheus_metrics(
+    served: Devs,
+    position: ReadAfter,
+    run_id: RunQuery = None,
+    since: SinceQuery = None,
+) -> Response:
+    """``metrics()`` in Prometheus' text exposition format (``devs_…``)."""
+    with served.service.reading_after(position):
+        figures = _figures(served, run_id, since)
+    return Response(exposition(figures), media_type=PROMETHEUS_CONTENT_TYPE)
+
+
+@metrics.get("/metrics/json")
+def metrics_json(
+    served: Devs,
+    position: ReadAfter,
+    run_id: RunQuery = None,
+    since: SinceQuery = None,
+) -> Metrics:
+    """``metrics()`` as JSON."""
+    with served.service.reading_after(position):
+        return _figures(served, run_id, since)
+
+
+# ------------------------------------------------------------ notifications
+
+
+@notifications.get("/notifications", operation_id="notifications_notifications_get")
+def list_notifications(
+    served: Devs,
+    after: Annotated[int, Query(description="log position to start after")] = 0,
+    limit: Annotated[int, Query(description="at most this many (1 to 10,000)")] = 100,
+) -> list[Notification]:
+    """Escalations, pauses, hand-offs and blocked attempts, in log order."""
+    return served.service.notifications(after=after, limit=limit)
+
+
+@notifications.get(
+    "/notifications/stream",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+def stream(
+    served: Devs,
+    after: Annotated[int, Query(description="log position to start after")] = 0,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> StreamingResponse:
+    """Server-Sent Events: each notification as it is recorded, ``id:`` its
+    log position, ``data:`` its JSON. A client reconnecting with
+    ``Last-Event-ID`` misses nothing."""
+    start = after
+    if last_event_id is not None:
+        try:
+            start = int(last_event_id)
+        except ValueError:
+            msg = f"Last-Event-ID must be an integer, got {last_event_id[:40]!r}"
+            raise InvalidInput(msg, field="Last-Event-ID") from None
+    service = served.service
+    service.notifications(after=start, limit=1)  # a bad position fails here, as 422
+    return StreamingResponse(_events(service, start), media_type="text/event-stream")
+
+
+# ---------------------------------------------------------------- the app
+
+
+def create_app(
+    service: RecoveryService | Callable[[], RecoveryService],
+    *,
+    token: str | None = None,
+    read_wait: float | None = None,
+) -> FastAPI:
+    """The ASGI app over ``service`` (or what ``service()`` opens at startup,
+    closed at shutdown). With ``token``, every request but ``/healthz`` and
+    the documentation needs ``Authorization: Bearer <token>``."""
+    served = Served(service, read_wait)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        opened = served.open()
+        try:
+            yield
+        finally:
+            served.writer.close()
+            if opened is not None:
+                opened.close()
+
+    app = FastAPIOffline(
+        static_url=DOCS_ASSETS.rstrip("/"),
+        title="devs-recovery",
+        summary="An event-sourced referee for AI coding agents",
+        version=VERSION,
+        lifespan=lifespan,
+        responses=ERROR_RESPONSES,
+    )
+    app.state.devs = served
+    if token:
+        app.add_middleware(BearerToken, expected=f"Bearer {token}".encode())
+        _document_the_token(app)
+    app.add_exception_handler(DevsError, _devs_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _bad_request)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    for router in ROUTERS:
+        app.include_router(router)
     return app
 
 
-def _events(svc: Callable[[], RecoveryService], after: int) -> Iterator[bytes]:
+async def _devs_error(_: Request, error: DevsError) -> JSONResponse:
+    """A service error, as its class says (``kind``, ``http_status``)."""
+    field = error.field if isinstance(error, InvalidInput) else None
+    return error_response(error.http_status, error.kind, str(error), field)
+
+
+async def _bad_request(_: Request, error: RequestValidationError) -> JSONResponse:
+    """A request FastAPI could not read: malformed JSON (400), or a bad value
+    (422) named by its parameter or field, never by where it was sent."""
+    problems = error.errors()
+    first = problems[0] if problems else {"loc": (), "msg": "bad request"}
+    if first.get("type") == "json_invalid":
+        return error_response(400, "malformed_json", str(first["msg"]))
+    where = [str(part) for part in first["loc"]]
+    if where and where[0] in _PARAMETER_SOURCES:
+        where = where[1:]  # the parameter's name, not where it was sent
+    field = where[0] if where else None
+    detail = f"{'.'.join(where)}: {first['msg']}" if where else str(first["msg"])
+    return error_response(422, "invalid_input", detail, field)
+
+
+async def _http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
+    """FastAPI's own refusals (a body it cannot parse, an unknown path, a
+    wrong method) in the same shape."""
+    kind = _HTTP_KINDS.get(error.status_code, "bad_request")
+    answer = error_response(error.status_code, kind, str(error.detail))
+    for name, value in (error.headers or {}).items():
+        answer.headers[name] = value
+    return answer
+
+
+def _events(service: RecoveryService, after: int) -> Iterator[bytes]:
     """The SSE stream from ``after`` on, until the client goes away."""
     position = after
     quiet_since = time.monotonic()
     yield b"retry: 1000\n\n"
     while True:
-        found = svc().notifications(after=position, limit=100)
+        found = service.notifications(after=position, limit=100)
         for notification in found:
             data = orjson.dumps(notification.model_dump(mode="json"))
             yield b"id: %d\ndata: %s\n\n" % (notification.position, data)

@@ -25,14 +25,19 @@ import orjson
 from eventsourcing import sqlite as es_sqlite
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import (
+    ConnectionUnavailableError,
     DatabaseError,
     Mapper,
+    OperationalError,
+    PersistenceError,
     StoredEvent,
     Transcoder,
 )
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ValidationError
 
+from devs.domain import eventsourcing_internals
+from devs.domain.commands import NO_WAIT, WouldWait
 from devs.domain.errors import UnreadableEvent
 from devs.domain.redaction import redact
 
@@ -115,6 +120,12 @@ def unreadable(stored_event: StoredEvent, error: Exception) -> UnreadableEvent:
     )
 
 
+NOTHING_RETURNED = "Timed out waiting for return of connection"
+"""eventsourcing's pool says this when it ran out of connections after taking
+the writer lock (or counting a reader); its other time-outs took nothing."""
+DEFAULT_LOCK_TIMEOUT = es_sqlite.SQLITE3_DEFAULT_LOCK_TIMEOUT
+
+
 class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
     """eventsourcing's pool; opening a connection fails as a PersistenceError.
 
@@ -123,28 +134,63 @@ class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
 
     def __init__(self, *, read_only: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._not_waiting: set[int] = set()
+        """Connections handed out under ``NO_WAIT`` (their busy wait is off)."""
         if read_only:
-            self.is_journal_mode_wal = True  # as it is; never switched here
+            eventsourcing_internals.keep_journal_mode(self)  # never switched here
 
     def get_connection(
         self, timeout: float | None = None, is_writer: bool | None = None
     ) -> es_sqlite.SQLiteConnection:
         """eventsourcing's, giving back the writer lock (or the reader count)
         it took when the connection then cannot be made: its own version keeps
-        it, and every later write in the process would wait for it in vain."""
-        try:
-            return super().get_connection(timeout=timeout, is_writer=is_writer)
-        except DatabaseError:
-            if is_writer is True:
-                self._num_writers -= 1
-                self._writer_lock.release()
-            elif is_writer is False:
-                with self._no_readers:
-                    self._num_readers -= 1
-                    if self._num_readers == 0 and self._mutually_exclusive_read_write:
-                        self._no_readers.notify()
-            raise
+        it, and every later write in the process would wait for it in vain.
 
+        Under ``NO_WAIT`` a connection is had at once or not at all
+        (``WouldWait``), and SQLite's busy wait is off on the connection:
+        a lock held by another process is ``WouldWait`` too (the recorder and
+        ``store_errors`` say so). Outside it, the busy wait is on."""
+        no_wait = NO_WAIT.get()
+        try:
+            connection = super().get_connection(
+                timeout=0 if no_wait else timeout, is_writer=is_writer
+            )
+        except ConnectionUnavailableError as error:
+            if str(error) == NOTHING_RETURNED:  # the lock or count was taken
+                self._give_back(is_writer)
+            if no_wait:
+                raise WouldWait(str(error)) from None
+            raise
+        except PersistenceError:  # opening the connection failed: give back
+            self._give_back(is_writer)
+            raise
+        if (id(connection) in self._not_waiting) is not no_wait:
+            try:
+                self._busy_wait(connection, no_wait)
+            except BaseException:
+                self.put_connection(connection)
+                raise
+        return connection
+
+    def _busy_wait(self, connection: es_sqlite.SQLiteConnection, off: bool) -> None:
+        """Turn SQLite's wait for another process's lock off, or back on (for
+        the lock timeout), on ``connection``: only when it changes, which
+        costs a statement."""
+        wait = 0 if off else int((self.lock_timeout or DEFAULT_LOCK_TIMEOUT) * 1000)
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {wait}")
+        if off:
+            self._not_waiting.add(id(connection))
+        else:
+            self._not_waiting.discard(id(connection))
+
+    def _give_back(self, is_writer: bool | None) -> None:
+        if is_writer is True:
+            eventsourcing_internals.give_back_writer(self)
+        elif is_writer is False:
+            eventsourcing_internals.give_back_reader(self)
+
+    # eventsourcing's private method: declared in eventsourcing_internals.OVERRIDES
     def _create_connection(self) -> es_sqlite.SQLiteConnection:
         """A new connection; a lock met while switching a new file to WAL is
         waited out (up to the lock timeout).
@@ -156,7 +202,9 @@ class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
         deadline = time.monotonic() + (self.lock_timeout or 5)
         while True:
             try:
-                return super()._create_connection()
+                connection = super()._create_connection()
+                self._not_waiting.discard(id(connection))  # an id used before
+                return connection
             except sqlite3.OperationalError as error:
                 if "locked" not in str(error) or time.monotonic() > deadline:
                     raise DatabaseError(error) from error
@@ -201,6 +249,7 @@ class SnapshotRecorder(es_sqlite.SQLiteAggregateRecorder):
 
     KEEP = 2
 
+    # eventsourcing's private method: declared in eventsourcing_internals.OVERRIDES
     def _insert_events(
         self,
         c: es_sqlite.SQLiteCursor,
@@ -239,7 +288,13 @@ class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
         try:
             transaction = es_sqlite.SQLiteTransaction(connection, commit=True)
             with transaction as cursor, cursor:
-                return self._insert_events(cursor, stored_events, **kwargs)
+                return eventsourcing_internals.insert_events(
+                    self, cursor, stored_events, **kwargs
+                )
+        except OperationalError as error:
+            if NO_WAIT.get() and ("locked" in str(error) or "busy" in str(error)):
+                raise WouldWait(str(error)) from error  # rolled back: nothing written
+            raise
         finally:
             pool.put_connection(connection)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from typing import Annotated, Any, ClassVar, ParamSpec, TypeVar
 
 from eventsourcing.persistence import IntegrityError
@@ -28,12 +29,21 @@ from pydantic import Field
 from devs.domain import blacklist, journal
 from devs.domain.audit import Audits, ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.chart import WAITING, Trigger, destination
-from devs.domain.commands import RECEIPT, WRITTEN, TaskCommands, Written, store_errors
+from devs.domain.commands import (
+    RECEIPT,
+    WRITTEN,
+    TaskCommands,
+    Written,
+    store_errors,
+    turn,
+)
 from devs.domain.database import (
     DATABASE_URL_ENV,
     POSTGRES_FACTORY,
     POSTGRES_MODULES,
+    READ_WAIT_ENV,
     postgres_env,
+    read_wait,
 )
 from devs.domain.decisions import (
     ActionResult,
@@ -115,6 +125,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+READ_AFTER: ContextVar[int | None] = ContextVar("devs_read_after", default=None)
+"""The log position the queries of a ``reading_after`` block wait for."""
+
+WaitSeconds = Annotated[float, Field(gt=0, le=300, allow_inf_nan=False, strict=False)]
+"""How long to wait, in seconds: a number in (0, 300]."""
+
 PolicyOrChanges = Annotated[
     Mapping[str, Any] | Policy, Field(union_mode="left_to_right")
 ]
@@ -150,6 +166,8 @@ class RecoveryService(TaskCommands, Audits):
             raise InvalidInput(msg, field="policy")
         super().__init__(env)
         self.policy = policy if policy is not None else load_policy(self.env)
+        self.read_wait = read_wait(self.env.get(READ_WAIT_ENV))
+        """How long a query waits for the read models (``DEVS_READ_WAIT``)."""
         factory: Callable[[RecoveryService], ReadModels] = resolve_topic(
             self.env[READ_MODELS_TOPIC]
         )
@@ -222,7 +240,7 @@ class RecoveryService(TaskCommands, Audits):
         if receipt is not None and (issued := self._issued(receipt)) is not None:
             return issued  # type: ignore[no-any-return]
         run = Run.start(run_id, dag)
-        with self._locks.run(run_id):  # once saved, the run is in the shared cache
+        with turn(self._locks.run(run_id)):  # once saved, it is in the shared cache
             answer = run_state_of(run)
             try:
                 if receipt is None:
@@ -460,13 +478,13 @@ class RecoveryService(TaskCommands, Audits):
         self, *, state: StateName | None = None, run_id: RunId | None = None
     ) -> list[TaskIndexEntry]:
         """Tasks from the index, optionally of one state and/or one run."""
-        self.read_models.catch_up()
+        self._fresh()
         return self.read_models.task_entries(state=state, run_id=run_id)
 
     @api
     def waiting_tasks(self) -> list[TaskIndexEntry]:
         """Tasks that wait for a human (escalated, paused or handed off)."""
-        self.read_models.catch_up()
+        self._fresh()
         return [
             entry
             for state in WAITING
@@ -475,12 +493,12 @@ class RecoveryService(TaskCommands, Audits):
 
     @api
     def gate_status(self, task_id: TaskId) -> GateStatus:
-        self.read_models.catch_up()
+        self._fresh()
         return _found(self.read_models.gate_status(task_id), task_id)
 
     @api
     def failure_report(self, task_id: TaskId) -> FailureReport:
-        self.read_models.catch_up()
+        self._fresh()
         return _found(self.read_models.failure_report(task_id), task_id)
 
     @api
@@ -497,17 +515,19 @@ class RecoveryService(TaskCommands, Audits):
     def blacklist_directive(self, task_id: TaskId) -> str:
         return blacklist.directive(self._lesson_strategies(task_id))
 
+    @api
     def pending_sessions(self) -> list[PendingSession]:
-        self.read_models.catch_up()
+        self._fresh()
         return self.read_models.pending_sessions()
 
+    @api
     def handoff_queue(self) -> list[HandoffEntry]:
-        self.read_models.catch_up()
+        self._fresh()
         return self.read_models.handoff_queue()
 
     @api
     def run_state(self, run_id: RunId) -> RunState:
-        self.read_models.catch_up()
+        self._fresh()
         found = self.read_models.run_state(run_id)
         if found is None:
             raise UnknownRun(run_id)
@@ -525,7 +545,7 @@ class RecoveryService(TaskCommands, Audits):
         ``since``: only tasks started at or after it (a ``datetime`` with a
         timezone; a naive one is ``InvalidInput``).
         """
-        self.read_models.catch_up()
+        self._fresh()
         if run_id is not None and self.read_models.run_state(run_id) is None:
             raise UnknownRun(run_id)
         return self.read_models.metrics(run_id=run_id, since=since)
@@ -628,6 +648,27 @@ class RecoveryService(TaskCommands, Audits):
         checks such a file without a database."""
         return self._export(task_ids)
 
+    def reading_after(self, position: int | None) -> AbstractContextManager[None]:
+        """Within this block, queries of the read models wait until they have
+        folded log position ``position`` (read-your-writes: a position a
+        command answered, ``written().position`` or HTTP's
+        ``X-Devs-Position``), for at most ``DEVS_READ_WAIT`` seconds, then
+        answer — or raise ``NotCaughtUp``. They wait for that position only,
+        not for the end of the log, so other clients' writes never hold them
+        up. ``None``: as outside the block (the end of the log as it is
+        now)."""
+        return _reading(None if position is None else _position(position))
+
+    @api
+    def wait_for(
+        self, position: Position, *, timeout: WaitSeconds | None = None
+    ) -> int:
+        """Wait until every read model has folded log position ``position``,
+        at most ``timeout`` seconds (default ``DEVS_READ_WAIT``); return the
+        position they reached. ``NotCaughtUp`` when the wait runs out."""
+        wait = self.read_wait if timeout is None else timeout
+        return self.read_models.wait_for(position, wait)
+
     @store_errors
     def catch_up(self) -> int:
         """Bring every read model up to the end of the log; return the position."""
@@ -660,17 +701,40 @@ class RecoveryService(TaskCommands, Audits):
 
     # ============================================================== internals
 
+    def _fresh(self) -> None:
+        """Bring the read models up to what this query must see: the position
+        of the ``reading_after`` block it runs in, else the end of the log."""
+        position = READ_AFTER.get()
+        if position is None:
+            self.read_models.catch_up()
+        else:
+            self.read_models.wait_for(position, self.read_wait)
+
     def _lesson_strategies(self, task_id: str) -> tuple[str, ...]:
         """The task's failed strategies (held in memory by the read model)."""
-        self.read_models.catch_up()
+        self._fresh()
         strategies = self.read_models.lesson_strategies(task_id)
         if not strategies:  # a task with lessons exists; one without may not
             self._require_task(task_id)
         return strategies
 
     def _require_task(self, task_id: str) -> None:
-        self.read_models.catch_up()
+        self._fresh()
         _found(self.read_models.task_entry(task_id), task_id)
+
+
+@validated
+def _position(position: Position) -> int:
+    return position
+
+
+@contextmanager
+def _reading(position: int | None) -> Iterator[None]:
+    token = READ_AFTER.set(position)
+    try:
+        yield
+    finally:
+        READ_AFTER.reset(token)
 
 
 @validated

@@ -24,7 +24,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from contextvars import ContextVar
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
@@ -34,10 +34,15 @@ from eventsourcing.application import (
     ProcessingEvent,
     Repository,
 )
-from eventsourcing.persistence import IntegrityError, PersistenceError, Recording
+from eventsourcing.persistence import (
+    IntegrityError,
+    OperationalError,
+    PersistenceError,
+    Recording,
+)
 from eventsourcing.utils import EnvType
 
-from devs.domain import journal
+from devs.domain import eventsourcing_internals, journal
 from devs.domain.errors import (
     AlreadyExists,
     Conflict,
@@ -68,6 +73,20 @@ def _nothing(_: Task) -> None:
     """A decision that adds nothing (a new task's events are its own)."""
 
 
+NO_WAIT: ContextVar[bool] = ContextVar("devs_no_wait", default=False)
+"""Whether the commands of this context must not wait: not for the store's
+write lock (SQLite's, or the process's one writer connection), not in the
+back-off after a lost race. Such a command raises :class:`WouldWait` instead,
+having written nothing. ``devs serve`` runs a command on its event loop this
+way, and hands it to its writer thread (where it may wait) only then."""
+
+
+class WouldWait(OperationalError):
+    """A command run under ``NO_WAIT`` would have had to wait; nothing was
+    written. Run it again where it may wait. (An ``OperationalError``: a
+    snapshot that would wait is skipped like one the store refused.)"""
+
+
 def store_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Turn a failure of the event store into :class:`StoreError`.
 
@@ -80,6 +99,12 @@ def store_errors(func: Callable[P, R]) -> Callable[P, R]:
     def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
+        except WouldWait:
+            raise  # not a failure: the caller runs the command where it may wait
+        except OperationalError as error:
+            if NO_WAIT.get() and ("locked" in str(error) or "busy" in str(error)):
+                raise WouldWait(str(error)) from error  # nothing was written
+            raise StoreError(describe_store_error(error)) from error
         except PersistenceError as error:
             raise StoreError(describe_store_error(error)) from error
 
@@ -117,6 +142,30 @@ class _Stale(Exception):
     """The cached aggregates were behind the store: reload and decide again."""
 
 
+def take(lock: threading.Lock) -> None:
+    """Acquire ``lock``; under ``NO_WAIT`` only if it is free, else
+    ``WouldWait`` (another thread of the process decides on the aggregate)."""
+    if not NO_WAIT.get():
+        lock.acquire()
+    elif not lock.acquire(blocking=False):
+        msg = "another thread is deciding on this task or run"
+        raise WouldWait(msg)
+
+
+@contextmanager
+def turn(lock: threading.Lock | AbstractContextManager[object]) -> Iterator[None]:
+    """Hold ``lock`` for the block (taken as :func:`take` takes it)."""
+    if not isinstance(lock, type(threading.Lock())):
+        with lock:
+            yield
+        return
+    take(lock)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 class _StripedLocks:
     """Commands on one aggregate in one process take turns (threads share the
     cached aggregate). Task locks are always taken before run locks."""
@@ -148,6 +197,9 @@ class _Attempt:
         self.number = number
 
     def retry(self) -> None:
+        if NO_WAIT.get():
+            msg = "another writer changed the aggregate: a retry waits first"
+            raise WouldWait(msg)
         time.sleep(random.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**self.number))
 
 
@@ -220,13 +272,13 @@ class _Command:
         """One attempt: the answer; ``_Stale`` if decided on a stale cache."""
         commands, held = self._commands, self._held
         lock = commands._locks.task(self._task_id)
-        lock.acquire()
+        take(lock)
         held.append(lock)
         try:
             task = commands._get_task(self._task_id)
             if task.run_id is not None:
                 lock = commands._locks.run_lock(task.run_id)
-                lock.acquire()
+                take(lock)
                 held.append(lock)
             run = commands._run_of(task)
             return commands._decide_and_save(
@@ -279,14 +331,24 @@ class TaskCommands(Application[str]):
                     aggregates[aggregate.id] = aggregate
         if kwargs:
             processing_event.saved_kwargs.update(kwargs)
-        recordings = self._record(processing_event)
+        # The library's recording step (``Application._record``), by its public
+        # parts: the event store, then the repository's cache.
+        recordings = self.events.put(
+            events, tracking=None, **processing_event.saved_kwargs
+        )
+        cache = self.repository.cache
+        if cache is not None and not self.repository.fastforward:
+            for aggregate_id, saved in aggregates.items():
+                cache.put(aggregate_id, saved)
         try:
             self._take_snapshots(processing_event)
         except PersistenceError as error:
             # The events are committed: the command stands. A snapshot only
-            # saves replay time; the next interval takes one again.
-            logger.warning("snapshot not taken: %s", error)
-        self._notify(recordings)
+            # saves replay time; the next interval takes one again. (Under
+            # NO_WAIT one that would wait for a lock is skipped quietly.)
+            if not NO_WAIT.get():
+                logger.warning("snapshot not taken: %s", error)
+        eventsourcing_internals.notify(self, recordings)
         self.notify(events)  # the library's deprecated hook
         return recordings
 
@@ -334,7 +396,7 @@ class TaskCommands(Application[str]):
                 issued = self._issued(receipt)
                 if issued is not None:
                     return issued  # type: ignore[no-any-return]
-            with self._locks.task(task_id), self._locks.run(run_id):
+            with turn(self._locks.task(task_id)), turn(self._locks.run(run_id)):
                 if self._find_task(task_id) is not None:
                     msg = f"task {task_id!r} was already started"
                     raise AlreadyExists(msg)

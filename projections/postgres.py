@@ -14,8 +14,15 @@ and skips an event another runner already folded, so every event is folded
 once.
 
 A query waits, bounded by ``DEVS_READ_WAIT`` seconds, until the runner has
-folded the log as it ended when the query began: the Python API reads its own
-writes on PostgreSQL as on SQLite.
+folded the log as it ended when the query began (or, asked for a position with
+``wait_for``, that position only): the Python API reads its own writes on
+PostgreSQL as on SQLite. A wait that runs out is ``NotCaughtUp``.
+
+Damage is met as on SQLite (docs/security.md): an event the runner cannot
+decode is recorded in ``unreadable_events`` by the fold that skips it, and
+queries about its task (or run) raise ``UnreadableEvent``; a view table
+dropped by hand is remade and refilled from the log, in one transaction, by
+the next query, fold or opening that meets it.
 """
 
 from __future__ import annotations
@@ -27,11 +34,10 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
-from queue import Queue
-from typing import Any
+from typing import Any, TypeVar
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import Mapper, StoredEvent, Tracking
+from eventsourcing.persistence import Mapper, PersistenceError, StoredEvent, Tracking
 from eventsourcing.postgres import (
     PostgresDatastore,
     PostgresFactory,
@@ -43,11 +49,17 @@ from eventsourcing.projection import (
     ProjectionRunner,
 )
 from psycopg import Cursor
+from psycopg.errors import UndefinedTable
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
+from devs.domain import eventsourcing_internals
 from devs.domain.database import PROJECTIONS_ENV, READ_WAIT_ENV, read_wait
-from devs.domain.errors import DevsError, InvalidInput, StoreError, UnreadableEvent
+from devs.domain.errors import (
+    DevsError,
+    InvalidInput,
+    NotCaughtUp,
+)
 from devs.domain.ports import Verification
 from devs.domain.redaction import redact
 from devs.projections.base import Handler, ReadModelProjection, differences
@@ -57,8 +69,14 @@ from devs.projections.pg import (
     PostgresView,
     SerializedDDL,
     folding,
+    pg_ddl,
+    pg_sql,
 )
-from devs.projections.queries import ViewQueries
+from devs.projections.queries import ViewQueries, unknown_read_models
+from devs.projections.unreadable import DDL as UNREADABLE_DDL
+from devs.projections.unreadable import INSERT as UNREADABLE_INSERT
+from devs.projections.unreadable import TABLE as UNREADABLE_TABLE
+from devs.projections.unreadable import Unreadable, decodes_now
 
 PROJECTION_NAME = "devs_views"
 TRACKING_TABLE = f"{PROJECTION_NAME}_tracking"
@@ -69,15 +87,34 @@ MODE_ENV = PROJECTIONS_ENV
 MODES = ("runner", "external")
 
 logger = logging.getLogger("devs.read_models")
+R = TypeVar("R")
 
 
 class Undecodable:
-    """An event the runner could not decode: folded into nothing, its position
-    recorded (``devs verify`` reports it)."""
+    """An event the runner could not decode: folded into nothing, recorded in
+    ``unreadable_events`` by the fold that moves the position past it."""
 
-    def __init__(self, stored: StoredEvent) -> None:
+    def __init__(self, stored: StoredEvent, error: Exception) -> None:
+        self.stored = stored
+        self.error = error
         self.originator_id = stored.originator_id
         self.originator_version = stored.originator_version
+
+    def unreadable(self, position: int) -> Unreadable:
+        return Unreadable.from_error(self.stored, position, self.error)
+
+
+def missing_table(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is PostgreSQL's "relation does
+    not exist": a read model's table was dropped."""
+    seen: BaseException | None = error
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, UndefinedTable):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class PostgresViews(SerializedDDL, PostgresTrackingRecorder):
@@ -98,6 +135,9 @@ class PostgresViews(SerializedDDL, PostgresTrackingRecorder):
             self.views[view.name] = view
             self.projections[view.name] = projection_class(view=view)
             self.sql_create_statements.extend(view.create_statements())
+        self.sql_create_statements.extend(
+            SQL(pg_ddl(statement)).format() for statement in UNREADABLE_DDL
+        )
         self.fingerprint = hashlib.sha256(
             "\n".join(s.as_string() for s in self.sql_create_statements).encode()
         ).hexdigest()
@@ -148,6 +188,7 @@ class PostgresViews(SerializedDDL, PostgresTrackingRecorder):
         )
         return curs.fetchone() is not None
 
+    # eventsourcing's private method: declared in eventsourcing_internals.OVERRIDES
     def _create_table(self, curs: Cursor[DictRow]) -> None:
         super()._create_table(curs)
         table = SQL("{}.{}").format(
@@ -200,6 +241,7 @@ class PostgresViews(SerializedDDL, PostgresTrackingRecorder):
             return 0
         name = events[-1][1].application_name
         folded = 0
+        skipped: list[Unreadable] = []
         with (
             self.datastore.get_connection() as connection,
             connection.pipeline(),
@@ -208,23 +250,48 @@ class PostgresViews(SerializedDDL, PostgresTrackingRecorder):
         ):
             cursor.execute("SET LOCAL synchronous_commit = off")
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-            current = self._max_tracking_id(name, cursor) or 0
+            current = eventsourcing_internals.max_tracking_id(self, name, cursor) or 0
             with folding(cursor):
                 for domain_event, tracking in events:
                     if tracking.notification_id <= current:
                         continue
+                    if isinstance(domain_event, Undecodable):
+                        skipped.append(
+                            domain_event.unreadable(tracking.notification_id)
+                        )
+                        continue
                     for projection, handler in self.handlers(type(domain_event)):
                         handler(projection, domain_event, tracking)
                     folded += 1
+            if skipped:
+                cursor.executemany(
+                    pg_sql(UNREADABLE_INSERT), [event.model_dump() for event in skipped]
+                )
             last = events[-1][1]
             if last.notification_id > current:
-                self._insert_tracking(cursor, last)
+                eventsourcing_internals.insert_tracking(self, cursor, last)
+        for event in skipped:
+            logger.error("read models skip it: %s", event.describe())
         return folded
 
-    def rows(self, cursor: Cursor[DictRow], name: str) -> dict[str, Counter[Any]]:
-        """Each table of read model ``name``, as a multiset of rows."""
-        found: dict[str, Counter[Any]] = {}
+    def existing_tables(self, cursor: Cursor[DictRow]) -> set[str]:
+        """The tables of the views' schema, as ``cursor``'s transaction sees them."""
+        cursor.execute(
+            "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = %s",
+            (self.datastore.schema or "public",),
+        )
+        return {row["tablename"] for row in cursor.fetchall()}
+
+    def rows(
+        self, cursor: Cursor[DictRow], name: str, existing: set[str]
+    ) -> dict[str, Counter[Any] | None]:
+        """Each table of read model ``name``, as a multiset of rows (``None``
+        for a table not in ``existing``)."""
+        found: dict[str, Counter[Any] | None] = {}
         for table in self.views[name].tables:
+            if table not in existing:
+                found[table] = None
+                continue
             cursor.execute(
                 SQL("SELECT * FROM {}.{}").format(
                     Identifier(self.datastore.schema or "public"), Identifier(table)
@@ -251,14 +318,7 @@ class ReadModelsProjection(Projection[PostgresViews]):
 def _more_ready(subscription: ApplicationSubscription[Any]) -> bool:
     """Whether ``subscription`` holds more events already fetched (the rest
     of a page, or pages queued by its pulling thread)."""
-    pulled = subscription.subscription
-    try:
-        page: Sequence[Any] = pulled._notifications  # type: ignore[attr-defined]
-        index: int = pulled._notifications_index  # type: ignore[attr-defined]
-        queue: Queue[Any] = pulled._notifications_queue  # type: ignore[attr-defined]
-    except AttributeError:  # another subscription class: one event at a time
-        return False
-    return index < len(page) or not queue.empty()
+    return eventsourcing_internals.fetched_ahead(subscription.subscription)
 
 
 class ReadModelsRunner(ProjectionRunner[Application[Any], PostgresViews]):
@@ -268,6 +328,7 @@ class ReadModelsRunner(ProjectionRunner[Application[Any], PostgresViews]):
     transaction per event: under load the read models keep up with the log
     (docs/performance.md)."""
 
+    # eventsourcing's private method: declared in eventsourcing_internals.OVERRIDES
     @staticmethod
     def _process_events_loop(  # type: ignore[override]
         subscription: ApplicationSubscription[Any],
@@ -285,7 +346,7 @@ class ReadModelsRunner(ProjectionRunner[Application[Any], PostgresViews]):
         except BaseException as error:
             found = runner()
             if found is not None:
-                found._thread_error = error
+                eventsourcing_internals.leave_thread_error(found, error)
             else:
                 logger.error("read models' runner stopped: %s", error)
         finally:
@@ -304,9 +365,8 @@ def log_class(name: str) -> type[Application[str]]:
             def tolerant(stored: StoredEvent) -> Any:
                 try:
                     return decode(stored)
-                except UnreadableEvent as error:
-                    logger.error("read models: event left out: %s", error)
-                    return Undecodable(stored)
+                except Exception as error:  # whatever a foreign mapper raises
+                    return Undecodable(stored, error)
 
             mapper.to_domain_event = tolerant  # type: ignore[method-assign,assignment]
             return mapper
@@ -335,6 +395,25 @@ class PostgresReadModels(ViewQueries):
         self.store.create_table()
         self.views: dict[str, Any] = dict(self.store.views)
         self.names = tuple(self.views)
+        schema = Identifier(self.store.datastore.schema or "public")
+        self._marks_statement = SQL(
+            "SELECT (SELECT MAX(notification_id) FROM {}.{} "
+            "WHERE application_name = %s) AS position, "
+            "COUNT(*) AS unreadable, COALESCE(SUM(position), 0) AS unreadable_sum "
+            "FROM {}.{}"
+        ).format(
+            schema,
+            Identifier(self.store.tracking_table_name),
+            schema,
+            Identifier(UNREADABLE_TABLE),
+        )
+        self._blocked: dict[str, Unreadable] = {}
+        self._unreadable_mark: tuple[int, int] | None = None
+        """How many events ``_blocked`` was loaded from, and the sum of their
+        positions: read with the position, the rows are read again only
+        when they differ (a fold or a rebuild changed the table)."""
+        self.repair()  # a table dropped while no process had it open
+        self.position()
         self._runner: ReadModelsRunner | None = None
         self._runner_lock = threading.Lock()
         if self.mode == "runner":
@@ -351,7 +430,8 @@ class PostgresReadModels(ViewQueries):
         )
 
     def _check_runner(self) -> None:
-        """Restart a runner that stopped on an error (the database went away)."""
+        """Restart a runner that stopped on an error (the database went away,
+        a view's table was dropped: then the view is remade first)."""
         runner = self._runner
         if runner is None or not runner.is_interrupted.is_set():
             return
@@ -362,6 +442,11 @@ class PostgresReadModels(ViewQueries):
                 runner.run_forever(timeout=0)
             except Exception as error:
                 logger.warning("read models' runner stopped (%s); restarting", error)
+                if missing_table(error):
+                    try:
+                        self.repair()
+                    except Exception as failed:  # the next check tries again
+                        logger.warning("read models not repaired yet (%s)", failed)
             try:
                 runner.stop()
                 runner.app.close()
@@ -391,7 +476,103 @@ class PostgresReadModels(ViewQueries):
     # ------------------------------------------------------------ positions
 
     def position(self) -> int:
-        return self.store.max_tracking_id(self.app.name) or 0
+        """The read models' position, read in one statement with a mark of
+        the ``unreadable_events`` table (its rows are read again only when
+        the mark moved: no other round trip while nothing is unreadable)."""
+        try:
+            row = self._marks()
+        except PersistenceError as error:
+            if not missing_table(error):
+                raise
+            self.repair()
+            row = self._marks()
+        if (row["unreadable"], int(row["unreadable_sum"])) != self._unreadable_mark:
+            self._load_unreadable()
+        position: int = row["position"] or 0
+        return position
+
+    def _marks(self) -> DictRow:
+        """One prepared statement on an autocommit connection: one round trip,
+        as eventsourcing's ``max_tracking_id``."""
+        with (
+            self.store.datastore.get_connection() as connection,
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(self._marks_statement, (self.app.name,), prepare=True)
+            row = cursor.fetchone()
+        assert row is not None  # an aggregate without GROUP BY: one row
+        return row
+
+    def _load_unreadable(self) -> None:
+        with self.store.datastore.transaction(commit=False) as cursor:
+            cursor.execute(
+                SQL("SELECT * FROM {}.{} ORDER BY position").format(
+                    Identifier(self.store.datastore.schema or "public"),
+                    Identifier(UNREADABLE_TABLE),
+                )
+            )
+            events = [Unreadable.model_validate(dict(row)) for row in cursor.fetchall()]
+        blocked: dict[str, Unreadable] = {}
+        for event in events:
+            blocked.setdefault(event.originator_id, event)
+        self._blocked = blocked
+        self._unreadable_mark = (len(events), sum(event.position for event in events))
+
+    def _unreadable(self, originator_id: str) -> Unreadable | None:
+        return self._blocked.get(originator_id)
+
+    def _ask(self, question: Callable[[], R]) -> R:
+        """A query that finds a view table dropped remakes the view, refilled
+        from the log (``repair``), and asks again."""
+        try:
+            return question()
+        except PersistenceError as error:
+            if not missing_table(error):
+                raise
+            self.repair()  # or another process just did
+            return question()
+
+    def repair(self) -> bool:
+        """Remake every view missing a table, and refill it from the log up to
+        the read models' position, in one transaction (under the DDL lock and
+        the fold's: runners wait for it); ``unreadable_events`` too. Returns
+        whether any was remade."""
+        datastore = self.store.datastore
+        with datastore.transaction(commit=False) as cursor:
+            views, memo = self._missing(cursor)
+        if not views and not memo:
+            return False
+        with datastore.transaction(commit=True) as cursor:
+            for key in (DDL_LOCK, LOCK_KEY):
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            views, memo = self._missing(cursor)  # another process may have
+            for name in views:
+                for statement in self.views[name].create_statements():
+                    cursor.execute(statement)
+            if memo:
+                for text in UNREADABLE_DDL:
+                    cursor.execute(SQL(pg_ddl(text)).format())
+            if views or memo:
+                _, found = self._refold(cursor, views, None, locked=True)
+                if memo:
+                    self._record(cursor, found)
+        for name in views:
+            logger.warning(
+                "read model %r had lost a table: remade empty, refilled from the log",
+                name,
+            )
+        if memo:
+            logger.warning("%s had been dropped: remade from the log", UNREADABLE_TABLE)
+        self._unreadable_mark = None
+        return bool(views or memo)
+
+    def _missing(self, cursor: Cursor[DictRow]) -> tuple[tuple[str, ...], bool]:
+        """The views missing a table, and whether ``unreadable_events`` is."""
+        existing = self.store.existing_tables(cursor)
+        views = tuple(
+            name for name in self.names if not set(self.views[name].tables) <= existing
+        )
+        return views, UNREADABLE_TABLE not in existing
 
     def positions(self) -> dict[str, int]:
         position = self.position()
@@ -399,29 +580,40 @@ class PostgresReadModels(ViewQueries):
 
     def catch_up(self) -> int:
         """Wait until the runner folded the log as it ends now; the position."""
-        return self.catch_up_to(self.app.recorder.max_notification_id() or 0)
+        return self.wait_for(self.app.recorder.max_notification_id() or 0, self.wait)
 
     def catch_up_to(self, target: int) -> int:
-        deadline = time.monotonic() + self.wait
+        """Wait, bounded by ``DEVS_READ_WAIT``, until ``target`` is folded."""
+        return self.wait_for(target, self.wait)
+
+    def wait_for(self, position: int, timeout: float) -> int:
+        """Wait until the runner folded ``position`` (only that: the log may
+        grow meanwhile), at most ``timeout`` seconds; the position reached."""
+        deadline = time.monotonic() + timeout
         pause = 0.0005
         while True:
-            position = self.position()
-            if position >= target:
-                return position
+            reached = self.position()
+            if reached >= position:
+                return reached
             self._check_runner()
             if time.monotonic() >= deadline:
-                where = (
-                    "this process's runner is behind"
-                    if self._runner is not None
-                    else "is a `devs project` worker running?"
-                )
-                msg = (
-                    f"the read models reached position {position}, not {target}, "
-                    f"within {self.wait:g} s ({READ_WAIT_ENV}); {where}"
-                )
-                raise StoreError(msg)
+                raise self._not_caught_up(position, reached, timeout)
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
+
+    def _not_caught_up(self, position: int, reached: int, timeout: float) -> Exception:
+        last = self.app.recorder.max_notification_id() or 0
+        if position > last:
+            why = f", the log ends at {last}"  # as on SQLite
+        elif self._runner is not None:
+            why = "; this process's runner is behind"
+        else:
+            why = "; is a `devs project` worker running?"
+        msg = (
+            f"the read models did not reach position {position} within "
+            f"{timeout:g} s: they are at {reached}{why}"
+        )
+        return NotCaughtUp(msg, position=position, reached=reached)
 
     # ------------------------------------------------- rebuilding, verifying
 
@@ -431,37 +623,90 @@ class PostgresReadModels(ViewQueries):
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
         """Refold the named read models from position 0 in one transaction:
-        queries see the old rows until it commits; runners wait for it."""
+        queries see the old rows until it commits; runners wait for it.
+
+        The events found undecodable are recorded; those recorded before are
+        forgotten only when every read model was rebuilt (an event that
+        decodes now is still missing from the ones that were not)."""
         chosen = self._chosen(names)
+        self.repair()
         with self.store.datastore.transaction(commit=True) as cursor:
-            position, _ = self._refold(cursor, chosen, progress)
+            position, found = self._refold(cursor, chosen, progress)
+            if set(chosen) == set(self.names):
+                cursor.execute(
+                    SQL("DELETE FROM {}.{} WHERE position <= %s").format(
+                        Identifier(self.store.datastore.schema or "public"),
+                        Identifier(UNREADABLE_TABLE),
+                    ),
+                    (position,),
+                )
+            self._record(cursor, found)
+        self._unreadable_mark = None
+        self.position()
         return position
+
+    @staticmethod
+    def _record(cursor: Cursor[DictRow], found: Sequence[Unreadable]) -> None:
+        """Within ``cursor``'s transaction: record ``found`` as undecodable."""
+        if found:
+            cursor.executemany(
+                pg_sql(UNREADABLE_INSERT), [event.model_dump() for event in found]
+            )
 
     def verify(
         self, progress: Callable[[int, int], None] | None = None
     ) -> Verification:
         """Refold every read model inside a transaction that is rolled back,
-        and compare with the rows it held: writes nothing."""
+        and compare with the rows it held: writes nothing.
+
+        A view missing a table is reported as such (the next query remakes
+        it); the rest of the log past the read models' position is decoded
+        too, so that every event that cannot be is reported by its log
+        position, and every event recorded as undecodable that decodes now.
+        """
         problems: list[str] = []
         last = self.app.recorder.max_notification_id() or 0
         with self.store.datastore.transaction(commit=False) as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-            position = self.store._max_tracking_id(self.app.name, cursor) or 0
-            stored = {name: self.store.rows(cursor, name) for name in self.names}
-            _, undecodable = self._refold(cursor, self.names, progress, locked=True)
-            expected = {name: self.store.rows(cursor, name) for name in self.names}
+            position = self._position_in(cursor)
+            existing = self.store.existing_tables(cursor)
+            recorded: set[int] = set()
+            if UNREADABLE_TABLE in existing:
+                cursor.execute(
+                    SQL("SELECT position FROM {}.{}").format(
+                        Identifier(self.store.datastore.schema or "public"),
+                        Identifier(UNREADABLE_TABLE),
+                    )
+                )
+                recorded = {row["position"] for row in cursor.fetchall()}
+            stored = {
+                name: self.store.rows(cursor, name, existing) for name in self.names
+            }
+            whole = tuple(
+                name
+                for name in self.names
+                if all(rows is not None for rows in stored[name].values())
+            )
+            _, found = self._refold(cursor, whole, progress, locked=True)
+            expected = {name: self.store.rows(cursor, name, existing) for name in whole}
+        found.extend(self._undecodable(position, last, progress))
         if position > last:
             problems.append(
                 f"the read models are at position {position}, past the end of "
                 f"the log ({last}); rebuild them"
             )
         for name in self.names:
-            problems.extend(differences(name, position, stored[name], expected[name]))
+            if name in expected:
+                problems.extend(
+                    differences(name, position, stored[name], expected[name])
+                )
+            else:  # only its missing tables: its rows were not refolded
+                missing = {t: r for t, r in stored[name].items() if r is None}
+                problems.extend(differences(name, position, missing, missing))
+        problems.extend(event.describe() for event in found)
+        undecodable = {event.position for event in found}
         problems.extend(
-            f"event at log position {found} cannot be decoded; the read models "
-            "leave it out"
-            for found in undecodable
-            if found <= position
+            decodes_now(at) for at in sorted(recorded - undecodable) if at <= last
         )
         return Verification(
             ok=not problems,
@@ -471,17 +716,45 @@ class PostgresReadModels(ViewQueries):
             positions=dict.fromkeys(self.names, position),
         )
 
+    def _position_in(self, cursor: Cursor[DictRow]) -> int:
+        """The read models' position as ``cursor``'s transaction sees it."""
+        name = self.app.name
+        return eventsourcing_internals.max_tracking_id(self.store, name, cursor) or 0
+
     def _chosen(self, names: Sequence[str] | None) -> tuple[str, ...]:
         if names is None:
             return self.names
-        unknown = [name for name in names if name not in self.views]
-        if unknown:
-            msg = (
-                f"no read model named {unknown[0]!r:.80}; "
-                f"there are {', '.join(self.names)}"
-            )
-            raise InvalidInput(msg, field="names")
+        unknown_read_models(names, self.names)
         return tuple(dict.fromkeys(names))
+
+    def _undecodable(
+        self,
+        after: int,
+        last: int,
+        progress: Callable[[int, int], None] | None,
+    ) -> list[Unreadable]:
+        """The events after position ``after``, up to ``last``, that cannot be
+        decoded (the log the read models have not folded yet)."""
+        found: list[Unreadable] = []
+        mapper, recorder = self.app.mapper, self.app.recorder
+        start = after + 1
+        while start <= last:
+            page = recorder.select_notifications(
+                start=start, limit=PAGE_SIZE, stop=last
+            )
+            if not page:
+                break
+            for notification in page:
+                try:
+                    mapper.to_domain_event(notification)
+                except Exception as error:  # whatever a foreign mapper raises
+                    found.append(
+                        Unreadable.from_error(notification, notification.id, error)
+                    )
+            start = page[-1].id + 1
+            if progress is not None:
+                progress(min(start - 1, last), last)
+        return found
 
     def _refold(
         self,
@@ -490,13 +763,13 @@ class PostgresReadModels(ViewQueries):
         progress: Callable[[int, int], None] | None,
         *,
         locked: bool = False,
-    ) -> tuple[int, list[int]]:
+    ) -> tuple[int, list[Unreadable]]:
         """Within ``cursor``'s transaction: empty the named read models and
         fold the log into them again, up to their position; the position and
-        the log positions of the events that could not be decoded."""
+        the events that could not be decoded."""
         if not locked:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-        position = self.store._max_tracking_id(self.app.name, cursor) or 0
+        position = self._position_in(cursor)
         schema = self.store.datastore.schema or "public"
         for name in names:
             for table in self.views[name].tables:
@@ -505,7 +778,7 @@ class PostgresReadModels(ViewQueries):
                         Identifier(schema), Identifier(table)
                     )
                 )
-        undecodable: list[int] = []
+        undecodable: list[Unreadable] = []
         mapper, recorder = self.app.mapper, self.app.recorder
         start = 1
         with folding(cursor):
@@ -518,8 +791,10 @@ class PostgresReadModels(ViewQueries):
                 for notification in page:
                     try:
                         domain_event = mapper.to_domain_event(notification)
-                    except UnreadableEvent:
-                        undecodable.append(notification.id)
+                    except Exception as error:  # whatever a foreign mapper raises
+                        undecodable.append(
+                            Unreadable.from_error(notification, notification.id, error)
+                        )
                         continue
                     tracking = Tracking(self.app.name, notification.id)
                     for projection, handler in self.store.handlers(

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import sqlite3
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,7 +35,9 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteFactory
 
-from devs.domain.errors import DevsError, InvalidInput, UnreadableEvent
+from devs.domain.commands import NO_WAIT, WouldWait
+from devs.domain.database import READ_WAIT_ENV, read_wait
+from devs.domain.errors import DevsError, NotCaughtUp, UnreadableEvent
 from devs.domain.ports import (
     Verification,
 )
@@ -46,7 +49,7 @@ from devs.projections.base import (
     differences,
     persistence_error,
 )
-from devs.projections.queries import ViewQueries
+from devs.projections.queries import ViewQueries, unknown_read_models
 from devs.projections.registry import SQLITE
 from devs.projections.tasks import SQLiteTasksView
 from devs.projections.unreadable import TABLE as UNREADABLE_TABLE
@@ -68,6 +71,13 @@ LEGACY_TABLES = (
 logger = logging.getLogger("devs.read_models")
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def _locked(error: BaseException) -> bool:
+    """Whether ``error`` is another writer's lock (SQLite's, or the process's
+    one writer connection under ``NO_WAIT``)."""
+    text = str(error)
+    return isinstance(error, WouldWait) or "locked" in text or "busy" in text
 
 
 def _missing_table(error: BaseException) -> bool:
@@ -106,6 +116,8 @@ class SQLiteReadModels(ViewQueries):
             )
             raise DevsError(msg)
         self.app = app
+        self.wait = read_wait(app.env.get(READ_WAIT_ENV))
+        """How long a catch-up waits for another writer's lock (DEVS_READ_WAIT)."""
         self._file_datastore = app.factory.datastore
         self._events_table = str(getattr(app.recorder, "events_table_name", ""))
         self._private: tempfile.TemporaryDirectory[str] | None = None
@@ -174,6 +186,8 @@ class SQLiteReadModels(ViewQueries):
             try:
                 cursor.execute(statement, tuple(names))
                 rows = cursor.fetchall()
+            except sqlite3.Error as error:  # as eventsourcing's own reads say it
+                raise OperationalError(str(error)) from error
             finally:
                 cursor.sqlite_cursor.close()
         last = 0
@@ -192,9 +206,68 @@ class SQLiteReadModels(ViewQueries):
         names: Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
-        """Fold everything recorded so far into the (named) read models."""
-        last, positions = self._marks(with_log_end=True)
-        return self.catch_up_to(last, names, progress, positions=positions)
+        """Fold everything recorded so far into the (named) read models.
+
+        The views live in the log's file, so folding needs its write lock:
+        while another process holds it, the fold is tried again, for at most
+        ``DEVS_READ_WAIT`` seconds, then ``NotCaughtUp`` — never the lock
+        timeout of each try, over and over."""
+
+        def fold() -> int:
+            last, positions = self._marks(with_log_end=True)
+            return self.catch_up_to(last, names, progress, positions=positions)
+
+        return self._patiently(fold, time.monotonic() + self.wait, self.wait)
+
+    def wait_for(self, position: int, timeout: float) -> int:
+        """Fold the log up to ``position`` into every read model; the position
+        reached. A position past the end of the log is waited for (another
+        process may be writing it), and so is the write lock the fold needs,
+        at most ``timeout`` seconds in all."""
+        deadline = time.monotonic() + timeout
+        pause = 0.0005
+        while True:
+            last, positions = self._patiently(
+                lambda: self._marks(with_log_end=True), deadline, timeout
+            )
+            if last >= position:
+                self._patiently(lambda: self.catch_up_to(position), deadline, timeout)
+                return position
+            if time.monotonic() >= deadline:
+                reached = min(positions.values(), default=0)
+                msg = (
+                    f"the read models did not reach position {position} within "
+                    f"{timeout:g} s: they are at {reached}, the log ends at {last}"
+                )
+                raise NotCaughtUp(msg, position=position, reached=reached)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
+    def _patiently(self, fold: Callable[[], R], deadline: float, timeout: float) -> R:
+        """``fold()`` without waiting for a lock (``NO_WAIT``: no busy wait on
+        the connection), tried again after a growing pause while another
+        writer holds one, until ``deadline``; then ``NotCaughtUp``."""
+        pause = 0.002
+        while True:
+            token = NO_WAIT.set(True)
+            try:
+                return fold()
+            except OperationalError as error:
+                if not _locked(error):
+                    raise
+                if time.monotonic() >= deadline:
+                    reached = min(self.positions().values(), default=0)
+                    msg = (
+                        f"the read models could not be brought up to date within "
+                        f"{timeout:g} s: another writer holds the database's "
+                        f"write lock ({redact(str(error))[:120]}); they are at "
+                        f"{reached}"
+                    )
+                    raise NotCaughtUp(msg, reached=reached) from None
+            finally:
+                NO_WAIT.reset(token)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def catch_up_to(
         self,
@@ -223,6 +296,8 @@ class SQLiteReadModels(ViewQueries):
                     return last
                 self._catch_up_to(last, selected, positions, progress)
             except (IntegrityError, OperationalError) as error:
+                if _locked(error):
+                    raise  # waited for (catch_up, wait_for) or a StoreError
                 positions = None
                 # A lock held too long, a lost race, a view moved back under
                 # this catch-up: re-read and go on. A view table dropped by
@@ -344,13 +419,7 @@ class SQLiteReadModels(ViewQueries):
         writers) go on as before, and a rebuild that fails leaves them as they
         were."""
         selected = list(names) if names is not None else list(self.views)
-        unknown = [name for name in selected if name not in self.views]
-        if unknown:
-            msg = (
-                f"unknown projection {', '.join(map(repr, unknown))}; "
-                f"known: {', '.join(self.views)}"
-            )
-            raise InvalidInput(msg)
+        unknown_read_models(selected, self.names)
         last = self.app.recorder.max_notification_id() or 0
         with tempfile.TemporaryDirectory(prefix="devs-rebuild-") as directory:
             path = Path(directory) / "views.db"

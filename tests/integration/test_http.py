@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -231,7 +233,9 @@ def test_the_token_is_required_but_for_healthz(db_path: Path) -> None:
             {"Authorization": TOKEN},
         ):
             response = anonymous.get("/tasks", headers=headers)
-            error(response, 401, "unauthorized")
+            assert "send DEVS_API_TOKEN in the Authorization header" in error(
+                response, 401, "unauthorized"
+            )
             assert response.headers["WWW-Authenticate"] == "Bearer"
         error(anonymous.post("/tasks", json={"task_id": "t"}), 401, "unauthorized")
         assert ok(anonymous.get("/tasks", headers=AUTH)) == []
@@ -294,6 +298,55 @@ def test_a_bad_stream_position_is_422(client: TestClient) -> None:
         "Last-Event-ID",
     )
     error(client.get("/notifications/stream?after=-1"), 422, "invalid_input", "after")
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "field"),
+    [
+        ("/notifications?after=x", {}, "after"),
+        ("/notifications?limit=many", {}, "limit"),
+        ("/tasks/t1/history?after_version=one", {}, "after_version"),
+        ("/tasks/t1/history/v2", {}, "version"),
+        ("/tasks?after=soon", {}, "after"),
+        ("/tasks", {"X-Devs-After": "soon"}, "X-Devs-After"),
+    ],
+)
+def test_a_bad_parameter_is_named_by_its_name(
+    client: TestClient, path: str, headers: dict[str, str], field: str
+) -> None:
+    """The error names the query, path or header parameter, as it names a
+    body's field, never where it was sent ("query")."""
+    detail = error(client.get(path, headers=headers), 422, "invalid_input", field)
+    assert detail.startswith(field), detail  # named first, as a body's field is
+
+
+def test_the_docs_are_served_without_a_cdn_and_without_the_token(
+    db_path: Path,
+) -> None:
+    """``/docs`` and ``/redoc`` load their scripts from the service itself (it
+    often runs where nothing outside is reachable), and a browser gets them
+    without the token it cannot send; the API itself still needs it."""
+    app = create_app(
+        lambda: RecoveryService(env={"SQLITE_DBNAME": str(db_path)}), token=TOKEN
+    )
+    with TestClient(app) as browser:
+        for page in ("/docs", "/redoc"):
+            html = browser.get(page)
+            assert html.status_code == 200, html.text
+            assets = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html.text)
+            assets += re.findall(r"""url: ?["']([^"']+)["']""", html.text)
+            assert assets, html.text
+            for asset in assets:
+                assert not asset.startswith(("http:", "https:", "//")), asset
+                fetched = browser.get(asset)
+                assert fetched.status_code == 200, (asset, fetched.status_code)
+        document = ok(browser.get("/openapi.json"))
+        assert document["info"]["version"] == metadata.version("devs-recovery")
+        assert document["security"] == [{"bearer": []}]
+        assert document["components"]["securitySchemes"]["bearer"]["scheme"] == (
+            "bearer"
+        )
+        error(browser.get("/tasks"), 401, "unauthorized")
 
 
 # --------------------------------------------------------------- Idempotency-Key

@@ -51,6 +51,8 @@ VALID: dict[str, object] = {
     "key": "job-1",
     "request": "record a gate",
     "candidate": "an idea",
+    "position": 0,
+    "timeout": 1.0,
 }
 """A valid value of each parameter, by name: the others of a call get these."""
 
