@@ -25,6 +25,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel
 
 from devs.domain.errors import InvalidInput
+from devs.domain.eventsourcing_internals import create_aggregate
 from devs.domain.model import Aggregate, AggregateCreated
 
 
@@ -63,13 +64,15 @@ class Receipt(Aggregate):
     @classmethod
     def issue(cls, pending: Pending, answer: object) -> Receipt:
         assert isinstance(answer, BaseModel)  # every command answers a model
-        return cls._create(
+        receipt: Receipt = create_aggregate(
+            cls,
             cls.Issued,
             id=pending.id,
             request=pending.request,
             answer_topic=get_topic(type(answer)),
             answer=answer.model_dump_json(),
         )
+        return receipt
 
     @event(Issued)
     def __init__(self, request: str, answer_topic: str, answer: str) -> None:

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from devs.domain.chart import FINISHED, WAITING, TaskState
 from devs.domain.errors import DevsError
+from devs.domain.eventsourcing_internals import create_aggregate
 from devs.domain.gate import evaluate
 from devs.domain.model import Value
 from devs.domain.names import SessionReason
@@ -115,7 +116,8 @@ def feed(task: Task, event: Any) -> None:
 def fresh(started: Task.Started, policy: Policy) -> Task:
     """An in-memory task as ``started`` began it, deciding by ``policy``
     (unchained: it is never stored, so its events need no links)."""
-    task: Task = Task._create(
+    task: Task = create_aggregate(
+        Task,
         Task.Started,
         task_id=started.task_id,
         run_id=started.run_id,

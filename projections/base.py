@@ -35,6 +35,8 @@ from eventsourcing.persistence import (
 from eventsourcing.projection import Projection
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteTrackingRecorder
 
+from devs.domain import eventsourcing_internals
+
 TView = TypeVar("TView", bound=TrackingRecorder)
 
 
@@ -198,8 +200,10 @@ class SQLiteView(SQLiteTrackingRecorder, SQLTables):
         Checked inside the write transaction, so when processes race to repair
         a view only the first remakes it. Returns whether it was remade.
         """
+        name = self.tracking_name
         with self._write() as cursor:
-            tracked = self._max_tracking_id(self.tracking_name, cursor) is not None
+            position = eventsourcing_internals.max_tracking_id(self, name, cursor)
+            tracked = position is not None
             cursor.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
                 f"({', '.join('?' for _ in self.tables)})",
@@ -258,15 +262,16 @@ class SQLiteView(SQLiteTrackingRecorder, SQLTables):
         given (every event up to it was folded, or had nothing to fold), else
         the last ``changes``'s, unless the view is already past it.
         """
+        name = self.tracking_name
         with self._write() as cursor:
-            current = self._max_tracking_id(self.tracking_name, cursor) or 0
+            current = eventsourcing_internals.max_tracking_id(self, name, cursor) or 0
             self._local.cursor = cursor
             self._local.tracking = None
             try:
                 yield current
                 tracking = end if end is not None else self._local.tracking
                 if tracking is not None and tracking.notification_id > current:
-                    self._insert_tracking(cursor, tracking)
+                    eventsourcing_internals.insert_tracking(self, cursor, tracking)
             finally:
                 self._local.cursor = None
                 self._local.tracking = None
@@ -281,7 +286,7 @@ class SQLiteView(SQLiteTrackingRecorder, SQLTables):
             return
         with self._write() as cursor:
             yield cursor
-            self._insert_tracking(cursor, tracking)
+            eventsourcing_internals.insert_tracking(self, cursor, tracking)
 
     def insert_tracking(self, tracking: Tracking) -> None:
         with self.changes(tracking):
@@ -302,7 +307,9 @@ class SQLiteView(SQLiteTrackingRecorder, SQLTables):
         cursor.execute(
             "DELETE FROM tracking WHERE application_name = ?", (self.tracking_name,)
         )
-        self._insert_tracking(cursor, Tracking(self.tracking_name, 0))
+        eventsourcing_internals.insert_tracking(
+            self, cursor, Tracking(self.tracking_name, 0)
+        )
         self.bump_generation(cursor)
 
     # ---------------------------------------------------------------- reads

@@ -23,6 +23,7 @@ from psycopg import Cursor
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Composed
 
+from devs.domain import eventsourcing_internals
 from devs.projections.base import ReadModelProjection, SQLTables
 from devs.projections.handoff_queue import HandoffQueueTables
 from devs.projections.hitl_failure_gates import FailureGatesTables
@@ -235,6 +236,7 @@ class SerializedDDL:
         meanwhile and nothing is left to do (never, unless a recorder knows)."""
         return False
 
+    # eventsourcing's private method: declared in eventsourcing_internals.OVERRIDES
     def _create_table(self, curs: Cursor[DictRow]) -> None:
         for key in self.ddl_locks:
             curs.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
@@ -256,7 +258,4 @@ def _look_again(recorder: PostgresTrackingRecorder, curs: Cursor[DictRow]) -> No
     )
     if curs.fetchone() is None:
         return
-    recorder.tracking_table_exists = True
-    migrated = recorder._max_tracking_id(recorder.table_migration_identifier, curs)
-    recorder.tracking_migration_previous = migrated
-    recorder.tracking_migration_current = migrated
+    eventsourcing_internals.note_tracking_table(recorder, curs)

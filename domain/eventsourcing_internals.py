@@ -1,0 +1,274 @@
+"""Every private part of eventsourcing 9.5 that devs-recovery relies on.
+
+eventsourcing's public API does what the service needs, but not always at the
+speed a decision needs, nor inside a transaction the caller already holds. Where
+the service goes below it, it goes through here, and nowhere else:
+
+- each use of a private name (a method, an attribute, a field the library keeps
+  to itself) is one small function below, called from where it was;
+- each override of a private method stays in its class (it cannot be a
+  function), and is declared in :data:`OVERRIDES`: the library's class, the
+  method, its parameters, and our classes that override it.
+
+``tests/integration/test_eventsourcing_internals.py`` pins the behaviour each
+entry relies on, so that an upgrade of eventsourcing that changes one fails
+there, naming it; it also fails when a module outside this one touches a
+private name of eventsourcing that is not declared here.
+
+Nothing is imported at run time: ``eventsourcing.postgres`` and psycopg need
+the optional ``postgres`` extra, so every object is passed in and used by its
+attributes (the types are named for the type checker only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eventsourcing.application import Application
+    from eventsourcing.domain import BaseAggregate
+    from eventsourcing.persistence import ConnectionPool, Recording, StoredEvent
+    from eventsourcing.postgres import PostgresTrackingRecorder
+    from eventsourcing.projection import BaseProjectionRunner
+    from eventsourcing.sqlite import (
+        SQLiteAggregateRecorder,
+        SQLiteConnectionPool,
+        SQLiteTrackingRecorder,
+    )
+
+    TrackingRecorders = SQLiteTrackingRecorder | PostgresTrackingRecorder
+
+EVENTSOURCING_VERSION = "9.5"
+"""The release whose private parts these are (``pyproject.toml`` pins 9.5.x)."""
+
+
+# ------------------------------------------------------------- the commands
+
+
+def notify(app: Application[Any], recordings: list[Recording[Any]]) -> None:
+    """``Application._notify(recordings)``: the hook ``Application.save`` calls
+    once the events are stored (nothing on ``Application``; a ``system.Leader``
+    prompts its followers). ``TaskCommands.save`` takes the library's steps
+    itself, without its ``isinstance`` checks, so it calls the hook as they do."""
+    app._notify(recordings)
+
+
+# ------------------------------------------------------- the SQLite store
+
+
+def insert_events(
+    recorder: SQLiteAggregateRecorder,
+    cursor: Any,
+    stored_events: Sequence[StoredEvent],
+    **kwargs: Any,
+) -> Sequence[int] | None:
+    """``SQLiteAggregateRecorder._insert_events(c, stored_events, **kwargs)``:
+    inserts the events with the cursor of a transaction the caller holds and
+    returns their notification ids, in order (``None`` for a recorder without
+    a log). ``devs.adapters.persistence.ApplicationRecorder`` holds that
+    transaction itself, without the two generator-based context managers of
+    the public ``insert_events``: every decision goes through it."""
+    return recorder._insert_events(cursor, stored_events, **kwargs)
+
+
+def give_back_writer(pool: ConnectionPool[Any]) -> None:
+    """``ConnectionPool._writer_lock`` and ``_num_writers``:
+    ``get_connection(is_writer=True)`` takes the lock and counts the writer
+    before it looks for a connection, and only ``put_connection`` undoes that.
+    When no connection can then be made, the pool's error says so
+    (``NOTHING_RETURNED`` in ``devs.adapters.persistence``) and the lock would
+    stay taken: this undoes it as ``put_connection`` does."""
+    pool._num_writers -= 1
+    pool._writer_lock.release()
+
+
+def give_back_reader(pool: ConnectionPool[Any]) -> None:
+    """``ConnectionPool._no_readers``, ``_num_readers`` and
+    ``_mutually_exclusive_read_write``: as :func:`give_back_writer`, for the
+    reader ``get_connection(is_writer=False)`` counted, as ``put_connection``
+    uncounts it (waking a writer that waits for no readers)."""
+    with pool._no_readers:
+        pool._num_readers -= 1
+        if pool._num_readers == 0 and pool._mutually_exclusive_read_write:
+            pool._no_readers.notify()
+
+
+def keep_journal_mode(pool: SQLiteConnectionPool) -> None:
+    """``SQLiteConnectionPool.is_journal_mode_wal`` (a field the pool keeps to
+    itself): set, ``_create_connection`` never asks for WAL mode. A read-only
+    pool must not (switching is a write), so it says the file is as it is."""
+    pool.is_journal_mode_wal = True
+
+
+# ------------------------------------------------------ the tracking tables
+
+
+def max_tracking_id(
+    recorder: TrackingRecorders, application_name: str, cursor: Any
+) -> int | None:
+    """``_max_tracking_id(application_name, c)`` of the SQLite and PostgreSQL
+    tracking recorders: the position recorded for ``application_name`` as the
+    caller's open transaction sees it. The public ``max_tracking_id`` reads it
+    in a transaction of its own; a view reads it in the transaction that folds,
+    under the lock that keeps two catch-ups from folding an event twice."""
+    return recorder._max_tracking_id(application_name, cursor)
+
+
+def insert_tracking(recorder: TrackingRecorders, cursor: Any, tracking: Any) -> None:
+    """``_insert_tracking(c, tracking)`` of the SQLite and PostgreSQL tracking
+    recorders: records the position in the caller's open transaction, so that
+    it commits with the rows folded (``IntegrityError`` if it would not move
+    forward). The public ``insert_tracking`` commits it alone."""
+    recorder._insert_tracking(cursor, tracking)
+
+
+def note_tracking_table(recorder: TrackingRecorders, cursor: Any) -> None:
+    """``tracking_table_exists``, ``tracking_migration_previous``,
+    ``tracking_migration_current`` and ``table_migration_identifier`` (fields
+    the tracking recorders keep to themselves: ``create_table`` sets them
+    before the DDL's transaction, ``_create_table`` reads them), and
+    ``_max_tracking_id``: records that the tracking table and its
+    ``__migration__`` row exist as seen in ``cursor``'s transaction, so that
+    ``_create_table`` does not insert the row again (a process that raced this
+    one made both after ``create_table`` looked)."""
+    recorder.tracking_table_exists = True
+    migrated = recorder._max_tracking_id(recorder.table_migration_identifier, cursor)
+    recorder.tracking_migration_previous = migrated
+    recorder.tracking_migration_current = migrated
+
+
+# --------------------------------------------------- the projection runner
+
+
+def fetched_ahead(subscription: Any) -> bool:
+    """``ListenNotifySubscription._notifications``, ``_notifications_index``
+    and ``_notifications_queue`` (the subscriptions of the PostgreSQL and
+    in-memory recorders): the page ``next()`` is going through, its place in
+    it, and the pages the pulling thread fetched since. Whether ``next()``
+    has an event at hand, without waiting; ``False`` for a subscription that
+    has no such fields (the runner then folds one event at a time)."""
+    try:
+        page: Sequence[Any] = subscription._notifications
+        index: int = subscription._notifications_index
+        queue = subscription._notifications_queue
+    except AttributeError:
+        return False
+    return index < len(page) or not queue.empty()
+
+
+def leave_thread_error(runner: BaseProjectionRunner[Any], error: BaseException) -> None:
+    """``BaseProjectionRunner._thread_error``: where the event-processing
+    thread leaves the error that stopped it, for ``run_forever``, ``wait`` and
+    ``__exit__`` to raise. ``ReadModelsRunner._process_events_loop`` (an
+    override, below) leaves its error there as the library's loop does."""
+    runner._thread_error = error
+
+
+# --------------------------------------------------------------- aggregates
+
+
+def create_aggregate(
+    cls: type[BaseAggregate[Any]], event_class: type[Any], **kwargs: Any
+) -> Any:
+    """``BaseAggregate._create(event_class, *, id=None, **kwargs)``: a new
+    aggregate from its "created" event class and the event's fields (``id``
+    given, or made by ``create_id``), the event pending. Calling the class
+    cannot do it when the id is not made from the ``__init__`` arguments
+    (``Receipt.issue``) or the event has fields ``__init__`` does not take
+    (``chain_prev``, in ``replay.fresh``)."""
+    return cls._create(event_class, **kwargs)
+
+
+AGGREGATE_TIMES = ("_created_on", "_modified_on")
+"""The attributes ``BaseAggregate`` keeps its times in: a snapshot's state
+holds them (as ISO strings once stored), and restoring one sets them again."""
+
+NOT_IN_SNAPSHOT = ("_id", "_version", "_pending_events")
+"""The attributes ``BaseAggregate`` keeps its id, version and new events in:
+``CanSnapshotAggregate.take`` leaves them out of a snapshot's state (as
+``devs.domain.model.AggregateSnapshot.take`` does) and ``mutate`` sets them
+from the snapshot (and no pending events) when it restores one."""
+
+
+# ---------------------------------------------------------------- overrides
+
+
+@dataclass(frozen=True)
+class Override:
+    """A private method of eventsourcing that classes of ours override."""
+
+    base: str
+    """The topic of the eventsourcing class that defines it."""
+    name: str
+    kind: str
+    """``method``, ``classmethod`` or ``staticmethod``."""
+    parameters: str
+    """Its parameters as the library declares them (``*``/``**``: any names),
+    which ours take too: the library calls some of them by keyword."""
+    overridden_in: tuple[str, ...]
+    """The topics of our classes that define it."""
+    why: str
+
+
+OVERRIDES: tuple[Override, ...] = (
+    Override(
+        "eventsourcing.application:Application",
+        "_take_snapshots",
+        "method",
+        "(self, processing_event)",
+        ("devs.domain.commands:TaskCommands",),
+        "``save`` calls it after recording; ours snapshots the aggregate as held "
+        "instead of reading it back from the store.",
+    ),
+    Override(
+        "eventsourcing.domain:BaseAggregate",
+        "_create",
+        "classmethod",
+        "(cls, event_class, *, id, **)",
+        ("devs.domain.task:Task",),
+        "calling the class and ``create_aggregate`` go through it; ours opens "
+        "a task's hash chain with the task's id.",
+    ),
+    Override(
+        "eventsourcing.sqlite:SQLiteConnectionPool",
+        "_create_connection",
+        "method",
+        "(self)",
+        ("devs.adapters.persistence:SQLiteConnectionPool",),
+        "the pool makes every connection with it; ours waits out a lock met "
+        "while switching a new file to WAL, and raises the library's errors.",
+    ),
+    Override(
+        "eventsourcing.sqlite:SQLiteAggregateRecorder",
+        "_insert_events",
+        "method",
+        "(self, c, stored_events, **)",
+        ("devs.adapters.persistence:SnapshotRecorder",),
+        "``insert_events`` calls it in its transaction; ours deletes the "
+        "snapshots older than the latest two in the same transaction.",
+    ),
+    Override(
+        "eventsourcing.postgres:PostgresRecorder",
+        "_create_table",
+        "method",
+        "(self, curs)",
+        (
+            "devs.projections.pg:SerializedDDL",
+            "devs.projections.postgres:PostgresViews",
+        ),
+        "``create_table`` runs the DDL with it in one transaction; ours takes "
+        "the advisory locks first, and records the views' schema fingerprint.",
+    ),
+    Override(
+        "eventsourcing.projection:BaseProjectionRunner",
+        "_process_events_loop",
+        "staticmethod",
+        "(subscription, projection, is_stopping, runner)",
+        ("devs.projections.postgres:ReadModelsRunner",),
+        "the runner's thread runs it with these keywords; ours folds the "
+        "events already fetched in one transaction instead of one per event.",
+    ),
+)
+"""Every private method of eventsourcing that a class of ours overrides."""
