@@ -3,10 +3,11 @@ SQLite and PostgreSQL, whose read models differ in how they are kept."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from devs.domain.errors import InvalidInput
 from devs.domain.ports import (
     FailureReport,
     GateStatus,
@@ -19,15 +20,29 @@ from devs.domain.ports import (
 )
 from devs.domain.run import Run
 from devs.domain.task import Task
+from devs.projections.unreadable import Unreadable
 
 R = TypeVar("R")
+
+
+def unknown_read_models(names: Sequence[str], known: Sequence[str]) -> None:
+    """``InvalidInput`` (field ``names``) unless every one of ``names`` is
+    one of the ``known`` read models: the same refusal on every backend."""
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        msg = (
+            f"unknown projection {', '.join(f'{name!r:.80}' for name in unknown)}; "
+            f"known: {', '.join(known)}"
+        )
+        raise InvalidInput(msg, field="names")
 
 
 class ViewQueries:
     """Answers from ``self.views`` (read model name -> view).
 
     ``_ask`` runs each question (a backend may retry it after a repair);
-    ``_readable`` refuses a task or run one of whose events could not be read.
+    ``_readable`` refuses a task or run one of whose events could not be read
+    (``UnreadableEvent`` naming it), as ``_unreadable`` tells.
     """
 
     views: dict[str, Any]
@@ -35,8 +50,16 @@ class ViewQueries:
     def _ask(self, question: Callable[[], R]) -> R:
         return question()
 
+    def _unreadable(self, originator_id: str) -> Unreadable | None:
+        """An event of ``originator_id`` the read models could not decode
+        (the first by log position), if any: none, unless a backend says so."""
+        return None
+
     def _readable(self, originator_id: str) -> None:
-        """Nothing to refuse, unless a backend says otherwise."""
+        """Refuse to answer for a task (or run) one of whose events was skipped."""
+        event = self._unreadable(originator_id)
+        if event is not None:
+            raise event.refusal(originator_id)
 
     def task_entry(self, task_id: str) -> TaskIndexEntry | None:
         self._readable(Task.create_id(task_id))

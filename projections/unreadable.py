@@ -7,15 +7,22 @@ it. Queries about its own task (or run) then fail with
 that lacks it; every other task is served as before. ``verify()`` finds the
 same events again from the log itself, so this table is only a shared memo for
 the processes that query the file.
+
+The same table, with the same columns, lives beside the PostgreSQL read models
+(:mod:`devs.projections.postgres`): there the runner's fold records the events
+it cannot decode, in the transaction that moves the position past them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from eventsourcing.persistence import StoredEvent
 from eventsourcing.sqlite import SQLiteDatastore
 
+from devs.domain.errors import UnreadableEvent
 from devs.domain.model import Immutable
+from devs.domain.redaction import redact
 
 TABLE = "unreadable_events"
 DDL = (
@@ -26,6 +33,12 @@ DDL = (
     "topic TEXT NOT NULL, "
     "problem TEXT NOT NULL)",
 )
+INSERT = (
+    f"INSERT INTO {TABLE} (position, originator_id, originator_version, topic, "
+    "problem) VALUES (:position, :originator_id, :originator_version, :topic, "
+    ":problem) ON CONFLICT (position) DO NOTHING"
+)
+"""Records one event (the first record of a position stays), on either backend."""
 
 
 class Unreadable(Immutable):
@@ -37,12 +50,53 @@ class Unreadable(Immutable):
     topic: str
     problem: str
 
+    @classmethod
+    def from_error(
+        cls, stored: StoredEvent, position: int, error: Exception
+    ) -> Unreadable:
+        """The event at log ``position`` that ``error`` kept from being decoded
+        (the problem redacted, on one line, at most 300 characters)."""
+        problem = redact(
+            str(error) if isinstance(error, UnreadableEvent) else repr(error)
+        )
+        return cls(
+            position=position,
+            originator_id=str(stored.originator_id),
+            originator_version=stored.originator_version,
+            topic=stored.topic[:200],
+            problem=" ".join(problem.split())[:300],
+        )
+
     def describe(self) -> str:
         return (
             f"event at log position {self.position} "
             f"({self.originator_id!r}, version {self.originator_version}) "
             f"cannot be read: {self.problem}"
         )
+
+    def refusal(self, originator_id: str) -> UnreadableEvent:
+        """What a query about ``originator_id`` (whose event this is) raises."""
+        msg = (
+            f"{originator_id!r} cannot be shown: its "
+            f"{self.describe()}; other tasks are unaffected "
+            "(devs verify lists every such event)"
+        )
+        return UnreadableEvent(
+            msg,
+            originator_id=self.originator_id,
+            originator_version=self.originator_version,
+            topic=self.topic,
+            position=self.position,
+        )
+
+
+def decodes_now(position: int) -> str:
+    """``verify``'s problem for an event recorded as undecodable that decodes."""
+    return (
+        f"event at log position {position} is recorded as undecodable but "
+        "decodes now: its task's queries are refused and the read models "
+        "lack it; rebuild them"
+    )
 
 
 class UnreadableEvents:

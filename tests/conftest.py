@@ -13,6 +13,7 @@ import pytest
 from hypothesis import settings
 
 from devs.domain import RecoveryService
+from devs.testing.machine import memory_env
 from tests.postgres import PostgresServer, create_database, drop_database, start_server
 
 # No per-example deadline: CI's shared 2-core machine can stall any example
@@ -75,12 +76,51 @@ def pg_url(pg_server: PostgresServer) -> Iterator[str]:
 MakeService = Callable[..., RecoveryService]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+SHARED_STORE = (
+    "needs two processes (or a raw connection, or a store that outlives its "
+    "services) on one store; an in-memory store lives in one process, while "
+    "a service holds it open"
+)
+NOT_IN_MEMORY: dict[str, str] = {
+    f"tests/integration/{test}": SHARED_STORE
+    for test in (
+        "test_audit.py::test_the_chain_goes_on_across_snapshots_and_processes",
+        "test_backends.py::test_two_processes_see_each_others_writes",
+        "test_backends.py::test_exactly_once_across_processes",
+        "test_backends.py::test_concurrent_processes_count_exactly",
+        "test_contract.py::test_a_table_dropped_while_closed_is_remade_on_open",
+        "test_read_position.py::test_a_query_at_a_position_waits_for_it_not_for_"
+        "the_end_of_the_log",
+        "test_read_position.py::test_a_position_past_the_end_of_the_log_is_not_"
+        "caught_up",
+        "test_read_position.py::test_over_http_after_n_answers_at_n_while_others_"
+        "write_on",
+    )
+}
+"""The tests of the ``backend`` fixture that cannot hold on the in-memory
+backend, each with why; ``backend`` skips them there, saying so. A test that
+runs raw SQL through the ``execute`` fixture (a second connection to the
+store) is skipped there too."""
+
+
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
-    """The env that opens the service on each backend: a SQLite file, or a
-    PostgreSQL database named by ``DEVS_DATABASE_URL``."""
+    """The env that opens the service on each backend: a SQLite file, a SQLite
+    store in memory, or a PostgreSQL database named by ``DEVS_DATABASE_URL``.
+
+    On ``memory`` the services of a test share one store in this process
+    (``devs.testing.memory_env()``); a test that needs another process on it
+    is skipped there (``NOT_IN_MEMORY``)."""
     if request.param == "sqlite":
         return {"SQLITE_DBNAME": str(tmp_path / "backend.sqlite")}
+    if request.param == "memory":
+        test = request.node.nodeid.split("[", 1)[0]
+        reason = NOT_IN_MEMORY.get(test)
+        if reason is None and "execute" in request.fixturenames:
+            reason = SHARED_STORE
+        if reason is not None:
+            pytest.skip(f"not on the in-memory backend: {reason}")
+        return memory_env()
     return {"DEVS_DATABASE_URL": request.getfixturevalue("pg_url")}
 
 

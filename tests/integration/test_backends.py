@@ -217,8 +217,10 @@ def test_a_poison_event_on_postgresql_is_skipped_logged_and_verified(
         verified = service.verify()
         assert not verified.ok
         assert verified.problems == [
-            f"event at log position {poisoned} cannot be decoded; the read models "
-            "leave it out",
+            f"event at log position {poisoned} ('task:t1', version 2) cannot be "
+            "read: stored event 2 of 'task:t1' (topic 'nowhere:Nothing') cannot "
+            "be decoded: TopicError: Failed to resolve topic 'nowhere:Nothing': "
+            "No module named 'nowhere'",
             # written by hand, it has no link to the event before it
             "task 't1': version 1 does not match the hash recorded at version 2 "
             "(version 1 or 2 was edited, deleted or reordered)",
