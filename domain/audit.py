@@ -338,6 +338,9 @@ class Audits:
     def _require_task(self, task_id: str) -> None:
         raise NotImplementedError
 
+    def _fresh(self) -> None:
+        raise NotImplementedError
+
     def run_state(self, run_id: str) -> Any:
         raise NotImplementedError
 
@@ -356,7 +359,7 @@ class Audits:
                 return chosen
             in_run = {e.task_id for e in self.read_models.task_entries(run_id=run_id)}
             return [task_id for task_id in chosen if task_id in in_run]
-        self.read_models.catch_up()
+        self._fresh()
         entries = self.read_models.task_entries(run_id=run_id)
         return [entry.task_id for entry in entries]
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devs.domain import Policy, RecoveryService
-from devs.testing import RecoveryMachine, policies, sqlite_service, strategy_texts
+from devs.testing import RecoveryMachine, memory_service, policies, strategy_texts
 
 
 class Referee:
@@ -97,7 +97,7 @@ turns = st.lists(st.tuples(strategy_texts(), st.booleans()), max_size=25)
 def test_the_loop_follows_the_ladder(
     policy: Policy, script: list[tuple[str, bool]], answer_humans: bool
 ) -> None:
-    service = sqlite_service(policy)
+    service = memory_service(policy)
     try:
         loop = Orchestrator(Referee(service), "feature-42")
         for strategy, tests_pass in script:
@@ -132,7 +132,7 @@ def test_the_loop_follows_the_ladder(
 class OrchestratorMachine(RecoveryMachine):
     """The kit's invariants, through the orchestrator's wrapper."""
 
-    make_service = staticmethod(lambda policy: Referee(sqlite_service(policy)))
+    make_service = staticmethod(lambda policy: Referee(memory_service(policy)))
 
 
 OrchestratorMachine.TestCase.settings = settings(

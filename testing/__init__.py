@@ -23,7 +23,12 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from devs.testing.machine import RecoveryMachine, sqlite_service
+    from devs.testing.machine import (
+        RecoveryMachine,
+        memory_env,
+        memory_service,
+        sqlite_service,
+    )
     from devs.testing.model import Command, Expected, LadderModel, TaskModel
     from devs.testing.strategies import (
         actors,
@@ -46,6 +51,8 @@ _MODULES = {
     "commands": "strategies",
     "outputs": "strategies",
     "policies": "strategies",
+    "memory_env": "machine",
+    "memory_service": "machine",
     "sqlite_service": "machine",
     "strategy_texts": "strategies",
     "task_ids": "strategies",
@@ -61,6 +68,8 @@ __all__ = [
     "actors",
     "command_sequences",
     "commands",
+    "memory_env",
+    "memory_service",
     "outputs",
     "policies",
     "sqlite_service",

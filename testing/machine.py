@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import shutil
 import tempfile
+import uuid
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from devs.domain.errors import IllegalTransition
 from devs.domain.names import Resolution
 from devs.domain.policy import Policy
 from devs.domain.task import RESOLUTION_TRIGGERS, Task
+from devs.domain.values import RESOLUTIONS
 from devs.testing.model import Command, Expected, LadderModel
 from devs.testing.strategies import (
     actors,
@@ -35,12 +37,33 @@ HUMAN_EVENTS = frozenset(
 )
 
 
+def memory_env() -> dict[str, str]:
+    """The ``env`` of a fresh in-memory store: eventsourcing's SQLite
+    recorders and the same read models (the same SQL) in a database of this
+    process alone, named once (``file:devs-<uuid>?mode=memory&cache=shared``:
+    every connection of the service's pool opens the same database, where a
+    bare ``:memory:`` would give each its own), gone with the service. It
+    never follows ``DEVS_DATABASE_URL`` from the environment."""
+    name = f"file:devs-{uuid.uuid4().hex}?mode=memory&cache=shared"
+    return {"SQLITE_DBNAME": name, "DEVS_DATABASE_URL": ""}
+
+
+def memory_service(policy: Policy) -> RecoveryService:
+    """A fresh service whose log and read models live in memory: the
+    machine's and the plugin's default (no file, faster)."""
+    return RecoveryService(env=memory_env(), policy=policy)
+
+
 def sqlite_service(policy: Policy) -> RecoveryService:
     """A fresh service on a new SQLite file in a temporary directory, removed
     when the service is garbage collected."""
     directory = tempfile.mkdtemp(prefix="devs-testing-")
     service = RecoveryService(
-        env={"SQLITE_DBNAME": str(Path(directory) / "devs.sqlite")}, policy=policy
+        env={
+            "SQLITE_DBNAME": str(Path(directory) / "devs.sqlite"),
+            "DEVS_DATABASE_URL": "",
+        },
+        policy=policy,
     )
     weakref.finalize(service, shutil.rmtree, directory, True)
     return service
@@ -78,8 +101,10 @@ class RecoveryMachine(RuleBasedStateMachine):
     """Random commands against a referee, checked against the ladder's model.
 
     Subclass it and set ``make_service`` to run it against your backend or
-    your wrapper of the referee: a callable that takes the ``Policy``
-    hypothesis drew and returns a fresh service deciding by it (a callable
+    your wrapper of the referee (the default, :func:`memory_service`, is a
+    service in memory; :func:`sqlite_service` one on a file): a callable
+    that takes the ``Policy`` hypothesis drew and returns a fresh service
+    deciding by it (a callable
     without parameters is called as it is, and the model then follows the
     policy its first task reports). The service needs the methods of
     ``RecoveryService`` the rules and invariants call (``HttpRecoveryClient``
@@ -90,7 +115,7 @@ class RecoveryMachine(RuleBasedStateMachine):
     ``deep_checks_every`` steps and when the run ends.
     """
 
-    make_service: ClassVar[Callable[..., Any]] = sqlite_service
+    make_service: ClassVar[Callable[..., Any]] = memory_service
     deep_checks_every: ClassVar[int] = 10
     deep_checks: ClassVar[bool] = True
     """Whether to run ``verify()`` and ``replay_check()`` at all (they read the
@@ -241,7 +266,7 @@ class RecoveryMachine(RuleBasedStateMachine):
     @rule(
         task=_task,
         actor=actors(),
-        resolution=st.sampled_from(["return", "complete", "skip"]),
+        resolution=st.sampled_from(RESOLUTIONS),
     )
     def resolve(self, task: int, actor: str, resolution: str) -> None:
         self.run(Command("resolve", task, actor=actor, resolution=resolution))  # type: ignore[arg-type]
@@ -366,4 +391,4 @@ class RecoveryMachine(RuleBasedStateMachine):
         assert replayed.ok, replayed.differences
 
 
-__all__ = ["RecoveryMachine", "sqlite_service"]
+__all__ = ["RecoveryMachine", "memory_env", "memory_service", "sqlite_service"]

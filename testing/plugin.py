@@ -1,5 +1,5 @@
 """The pytest plugin of ``devs.testing`` (entry point ``pytest11``: active when
-devs-recovery is installed): the fixtures ``devs_policy`` and
+devs-recovery is installed): the fixtures ``devs_policy``, ``devs_env`` and
 ``devs_service``.
 
 pytest imports this module in every run of every environment that has the
@@ -10,7 +10,6 @@ the domain is imported by the fixtures, when a test asks for one
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -30,14 +29,25 @@ def devs_policy() -> Policy:
 
 
 @pytest.fixture
-def devs_service(tmp_path: Path, devs_policy: Policy) -> Iterator[RecoveryService]:
-    """A fresh service on a SQLite file in the test's temporary directory,
+def devs_env() -> dict[str, str]:
+    """Where ``devs_service`` keeps its log and read models: in memory (the
+    default, ``devs.testing.memory_env()``). Override the fixture to use a file —
+    ``{"SQLITE_DBNAME": str(tmp_path / "devs.sqlite")}`` — or PostgreSQL —
+    ``{"DEVS_DATABASE_URL": url}``."""
+    from devs.testing.machine import memory_env
+
+    return memory_env()
+
+
+@pytest.fixture
+def devs_service(
+    devs_env: dict[str, str], devs_policy: Policy
+) -> Iterator[RecoveryService]:
+    """A fresh service on ``devs_env`` (in memory unless overridden),
     deciding by ``devs_policy``; closed after the test."""
     from devs.domain.application import RecoveryService
 
-    service = RecoveryService(
-        env={"SQLITE_DBNAME": str(tmp_path / "devs.sqlite")}, policy=devs_policy
-    )
+    service = RecoveryService(env=dict(devs_env), policy=devs_policy)
     try:
         yield service
     finally:
