@@ -39,6 +39,7 @@ human reads ("strategies alternate A-B-A-B; same error hash 3 times").
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from collections.abc import Sequence
 from typing import Literal, NamedTuple, Protocol
@@ -122,17 +123,20 @@ def failing_tests(output: str) -> int | None:
     return found
 
 
+_READ = operator.attrgetter("strategy", "error_hash", "failing_tests")
+"""What the score reads of a failure, as a plain tuple (built in C: no Python
+call per failure)."""
+
+
 def assess(failures: Sequence[Failure]) -> StuckAssessment:
     """The stuck score of ``failures`` (oldest first, the newest last)."""
-    window = failures[-WINDOW:]
     # A looping agent sends the same window again and again: kept, bounded.
-    return _assess(
-        tuple(Attempted(f.strategy, f.error_hash, f.failing_tests) for f in window)
-    )
+    return _assess(tuple(map(_READ, failures[-WINDOW:])))
 
 
 @functools.lru_cache(maxsize=1024)
-def _assess(window: tuple[Attempted, ...]) -> StuckAssessment:
+def _assess(read: tuple[tuple[str | None, str, int | None], ...]) -> StuckAssessment:
+    window = [Attempted._make(failure) for failure in read]
     progress = _progress(window)
     raw = [f.strategy or None for f in window]
     strategies = _letters(raw, [_normalised(s) if s else None for s in raw], progress)
