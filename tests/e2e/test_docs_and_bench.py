@@ -26,6 +26,9 @@ def test_ci_runs_the_readme_test_command_exactly() -> None:
     test_command = next(c for c in commands if "pytest" in c)
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert test_command in ci
+    # The plain run leaves the slow tests out (pyproject's addopts); CI runs
+    # them too, after it.
+    assert ".venv/bin/python -m pytest -m slow" in ci[ci.index(test_command) :]
 
 
 def test_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
