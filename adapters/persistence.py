@@ -37,7 +37,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ValidationError
 
 from devs.domain import eventsourcing_internals
-from devs.domain.commands import NO_WAIT, WouldWait
+from devs.domain.commands import NO_WAIT, WouldWait, locked
 from devs.domain.errors import UnreadableEvent
 from devs.domain.redaction import redact
 
@@ -292,7 +292,7 @@ class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
                     self, cursor, stored_events, **kwargs
                 )
         except OperationalError as error:
-            if NO_WAIT.get() and ("locked" in str(error) or "busy" in str(error)):
+            if NO_WAIT.get() and locked(error):
                 raise WouldWait(str(error)) from error  # rolled back: nothing written
             raise
         finally:

@@ -24,7 +24,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
@@ -87,6 +87,14 @@ class WouldWait(OperationalError):
     snapshot that would wait is skipped like one the store refused.)"""
 
 
+def locked(error: BaseException) -> bool:
+    """Whether ``error`` is another writer's lock: SQLite's ("database is
+    locked", "busy"), or, under ``NO_WAIT``, the process's writer connection
+    or an aggregate's lock (``WouldWait``)."""
+    text = str(error)
+    return isinstance(error, WouldWait) or "locked" in text or "busy" in text
+
+
 def store_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Turn a failure of the event store into :class:`StoreError`.
 
@@ -102,7 +110,7 @@ def store_errors(func: Callable[P, R]) -> Callable[P, R]:
         except WouldWait:
             raise  # not a failure: the caller runs the command where it may wait
         except OperationalError as error:
-            if NO_WAIT.get() and ("locked" in str(error) or "busy" in str(error)):
+            if NO_WAIT.get() and locked(error):
                 raise WouldWait(str(error)) from error  # nothing was written
             raise StoreError(describe_store_error(error)) from error
         except PersistenceError as error:
@@ -116,7 +124,7 @@ def describe_store_error(error: BaseException) -> str:
     text = str(error)
     if "not a database" in text or "malformed" in text:
         return f"the database file is damaged or not a devs-recovery database ({text})"
-    if "locked" in text or "busy" in text:
+    if locked(error):
         return (
             f"the database stayed locked by another process longer than the "
             f"lock timeout (SQLITE_LOCK_TIMEOUT) ({text}); try again"
@@ -153,11 +161,10 @@ def take(lock: threading.Lock) -> None:
 
 
 @contextmanager
-def turn(lock: threading.Lock | AbstractContextManager[object]) -> Iterator[None]:
-    """Hold ``lock`` for the block (taken as :func:`take` takes it)."""
-    if not isinstance(lock, type(threading.Lock())):
-        with lock:
-            yield
+def turn(lock: threading.Lock | None) -> Iterator[None]:
+    """Hold ``lock`` (if any) for the block, taken as :func:`take` takes it."""
+    if lock is None:
+        yield
         return
     take(lock)
     try:
@@ -177,9 +184,9 @@ class _StripedLocks:
     def task(self, task_id: str) -> threading.Lock:
         return self._tasks[hash(task_id) % LOCK_STRIPES]
 
-    def run(self, run_id: str | None) -> AbstractContextManager[object]:
+    def run(self, run_id: str | None) -> threading.Lock | None:
         if run_id is None:
-            return nullcontext()
+            return None
         return self._runs[hash(run_id) % LOCK_STRIPES]
 
     def run_lock(self, run_id: str) -> threading.Lock:

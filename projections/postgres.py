@@ -582,10 +582,6 @@ class PostgresReadModels(ViewQueries):
         """Wait until the runner folded the log as it ends now; the position."""
         return self.wait_for(self.app.recorder.max_notification_id() or 0, self.wait)
 
-    def catch_up_to(self, target: int) -> int:
-        """Wait, bounded by ``DEVS_READ_WAIT``, until ``target`` is folded."""
-        return self.wait_for(target, self.wait)
-
     def wait_for(self, position: int, timeout: float) -> int:
         """Wait until the runner folded ``position`` (only that: the log may
         grow meanwhile), at most ``timeout`` seconds; the position reached."""

@@ -35,7 +35,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteFactory
 
-from devs.domain.commands import NO_WAIT, WouldWait
+from devs.domain.commands import NO_WAIT, locked
 from devs.domain.database import READ_WAIT_ENV, read_wait
 from devs.domain.errors import DevsError, NotCaughtUp, UnreadableEvent
 from devs.domain.ports import (
@@ -71,13 +71,6 @@ LEGACY_TABLES = (
 logger = logging.getLogger("devs.read_models")
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def _locked(error: BaseException) -> bool:
-    """Whether ``error`` is another writer's lock (SQLite's, or the process's
-    one writer connection under ``NO_WAIT``)."""
-    text = str(error)
-    return isinstance(error, WouldWait) or "locked" in text or "busy" in text
 
 
 def _missing_table(error: BaseException) -> bool:
@@ -253,7 +246,7 @@ class SQLiteReadModels(ViewQueries):
             try:
                 return fold()
             except OperationalError as error:
-                if not _locked(error):
+                if not locked(error):
                     raise
                 if time.monotonic() >= deadline:
                     reached = min(self.positions().values(), default=0)
@@ -296,7 +289,7 @@ class SQLiteReadModels(ViewQueries):
                     return last
                 self._catch_up_to(last, selected, positions, progress)
             except (IntegrityError, OperationalError) as error:
-                if _locked(error):
+                if locked(error):
                     raise  # waited for (catch_up, wait_for) or a StoreError
                 positions = None
                 # A lock held too long, a lost race, a view moved back under
