@@ -32,6 +32,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
+from devs.adapters.config import TOKEN_ENV
 from devs.domain import (
     ActionResult,
     AttemptDecision,
@@ -60,7 +61,6 @@ from devs.domain.errors import error_of_kind
 from devs.domain.names import ResolutionValue
 from devs.domain.service import RecoveryApi
 
-TOKEN_ENV = "DEVS_API_TOKEN"
 KEY_HEADER = "Idempotency-Key"
 POSITION_HEADER = "X-Devs-Position"
 AFTER_HEADER = "X-Devs-After"
@@ -72,6 +72,9 @@ _KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 _WRITTEN: contextvars.ContextVar[Written | None] = contextvars.ContextVar(
     "devs_http_written", default=None
+)
+_AFTER: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "devs_http_read_after", default=None
 )
 
 
@@ -200,6 +203,35 @@ class HttpRecoveryClient:
         finally:
             _WRITTEN.reset(token)
 
+    @contextmanager
+    def reading_after(self, position: int | None) -> Iterator[None]:
+        """Within this block, queries wait (``X-Devs-After``) until the read
+        models folded log position ``position`` instead of the highest
+        position this client's commands reached; ``None``: as outside."""
+        if position is not None and (
+            isinstance(position, bool) or not isinstance(position, int) or position < 0
+        ):
+            msg = f"position must be a non-negative integer, got {position!r:.40}"
+            raise InvalidInput(msg, field="position")
+        token = _AFTER.set(position)
+        try:
+            yield
+        finally:
+            _AFTER.reset(token)
+
+    def wait_for(self, position: int, *, timeout: float | None = None) -> int:
+        """Wait until the server's read models folded log position
+        ``position``, at most ``timeout`` seconds (default: the server's
+        ``DEVS_READ_WAIT``); the position they reached (``GET /position``).
+        ``NotCaughtUp`` when the wait runs out."""
+        params: dict[str, Any] = {"after": position}
+        if timeout is not None:
+            params["timeout"] = timeout
+        response: Answer = self._http.get("/position", params=params)
+        if response.status_code != 200:
+            raise _error(response)
+        return int(response.json()["position"])
+
     def _command(self, path: str, body: Mapping[str, Any], model: type[M]) -> M:
         key = _KEY.get()
         headers = {KEY_HEADER: key} if key is not None else {}
@@ -216,7 +248,10 @@ class HttpRecoveryClient:
     def _query(
         self, path: str, adapter: TypeAdapter[Any], *, params: Mapping[str, Any] = {}
     ) -> Any:
-        headers = {AFTER_HEADER: str(self.position)} if self.position else {}
+        after = _AFTER.get()
+        if after is None:
+            after = self.position
+        headers = {AFTER_HEADER: str(after)} if after else {}
         response: Answer = self._http.get(path, params=dict(params), headers=headers)
         if response.status_code != 200:
             raise _error(response)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hmac
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -44,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from devs.adapters.config import Backend, Settings, backend_of, open_service
 from devs.adapters.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from devs.adapters.prometheus import exposition
 from devs.domain import (
@@ -69,15 +69,12 @@ from devs.domain import (
     TaskSummary,
     Verification,
 )
-from devs.domain.application import DB_ENV, DEFAULT_DB
 from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import NO_WAIT, WouldWait
-from devs.domain.database import READ_WAIT_ENV, read_wait
 from devs.domain.names import ResolutionValue
 from devs.domain.redaction import redact
 from devs.domain.values import parse_time
 
-TOKEN_ENV = "DEVS_API_TOKEN"
 VERSION = metadata.version("devs-recovery")
 STREAM_POLL = 0.25  # seconds between looks at the log for new notifications
 STREAM_HEARTBEAT = 15.0  # seconds between comment lines on a quiet stream
@@ -229,6 +226,10 @@ class Health(BaseModel):
 
 class Readiness(BaseModel):
     ready: bool
+    position: int = Field(description="the log position the read models reached")
+
+
+class ReadPosition(BaseModel):
     position: int = Field(description="the log position the read models reached")
 
 
@@ -421,6 +422,16 @@ class Served:
         self._service = service if isinstance(service, RecoveryService) else None
         self.writer = Writer()
         self._read_wait = read_wait
+        self._on_loop: bool | None = None
+
+    @property
+    def on_loop(self) -> bool:
+        """Whether the loop may run a command itself (under ``NO_WAIT``):
+        on SQLite, whose waits can be turned off; on PostgreSQL every
+        command goes to the writer."""
+        if self._on_loop is None:
+            self._on_loop = backend_of(self.service) is not Backend.POSTGRES
+        return self._on_loop
 
     @property
     def read_wait(self) -> float:
@@ -477,7 +488,7 @@ class Served:
                 position = service.recorder.max_notification_id() or 0
             return value.model_dump_json(), position
 
-        if not self.writer.busy and not service.on_postgres and not _heavy(body):
+        if not self.writer.busy and self.on_loop and not _heavy(body):
             # On SQLite most commands never wait: one is done on the loop
             # (no hand-over, no thread switch) unless it would have to wait
             # for the write lock or a back-off; then, nothing written, it
@@ -581,6 +592,30 @@ def readyz(served: Devs) -> Any:
     except (StoreError, NotCaughtUp):
         return JSONResponse(Readiness(ready=False, position=0).model_dump(), 503)
     return Readiness(ready=True, position=position)
+
+
+@service_routes.get("/position", responses={504: {"model": ErrorBody}})
+def read_position(
+    served: Devs,
+    after: Annotated[
+        int,
+        Query(ge=0, le=2**63 - 1, description="the log position to wait for"),
+    ] = 0,
+    timeout: Annotated[
+        float | None,
+        Query(
+            gt=0,
+            le=300,
+            allow_inf_nan=False,
+            description="seconds to wait at most (default DEVS_READ_WAIT)",
+        ),
+    ] = None,
+) -> ReadPosition:
+    """Wait until the read models folded log position ``after``, at most
+    ``timeout`` seconds, and give the position they reached (504
+    ``not_caught_up`` when the wait runs out): ``wait_for`` over HTTP."""
+    wait = served.read_wait if timeout is None else timeout
+    return ReadPosition(position=served.service.wait_for(after, timeout=wait))
 
 
 # --------------------------------------------------------------------- runs
@@ -1058,20 +1093,13 @@ def _events(service: RecoveryService, after: int) -> Iterator[bytes]:
 # ------------------------------------------------------------------ serving
 
 
-def read_wait_from_env() -> float:
-    """``DEVS_READ_WAIT`` in seconds, in (0, 300]; ``InvalidInput`` otherwise."""
-    return read_wait(os.environ.get(READ_WAIT_ENV))
-
-
 def app_from_env() -> FastAPI:
-    """The app ``devs serve`` runs in each worker: the database from
-    ``DEVS_DB`` (default ./devs_state.sqlite), the token from
-    ``DEVS_API_TOKEN``, the read-your-writes bound from ``DEVS_READ_WAIT``."""
-    db = os.environ.get(DB_ENV) or DEFAULT_DB
-    token = os.environ.get(TOKEN_ENV) or None
-    read_wait = read_wait_from_env()
-
-    def open_service() -> RecoveryService:
-        return RecoveryService(env={"SQLITE_DBNAME": db})
-
-    return create_app(open_service, token=token, read_wait=read_wait)
+    """The app ``devs serve`` runs in each worker, opened with the
+    environment's settings (:class:`devs.adapters.config.Settings`): the
+    database, the token (``DEVS_API_TOKEN``), the read-your-writes bound
+    (``DEVS_READ_WAIT``)."""
+    settings = Settings()
+    token = settings.api_token.get_secret_value() if settings.api_token else None
+    return create_app(
+        lambda: open_service(settings), token=token, read_wait=settings.read_wait
+    )

@@ -43,29 +43,25 @@ from types import FrameType
 
 import uvicorn
 
-from devs.domain import InvalidInput
-from devs.domain.database import PROJECTIONS_ENV
+from devs.adapters.config import (
+    DEFAULT_NICENESS,
+    NICENESS_ENV,
+    PROJECTIONS_ENV,
+    Projections,
+    Settings,
+    open_service,
+)
 
 APP = "devs.adapters.http:app_from_env"
 RESTART_PAUSE = 1.0
 """A worker that died sooner after its start is started again this late."""
-NICENESS_ENV = "DEVS_WORKER_NICENESS"
-DEFAULT_NICENESS = 5
-MAX_NICENESS = 19
 
 
 def worker_niceness(value: str | None) -> int:
     """``DEVS_WORKER_NICENESS``: how much nicer than the projector process
     the workers run, an integer in [0, 19] (default 5); ``InvalidInput``
-    otherwise."""
-    if value is None or value == "":
-        return DEFAULT_NICENESS
-    text = value.strip()
-    if text.isascii() and text.isdigit() and int(text) <= MAX_NICENESS:
-        return int(text)
-    shown = value if len(value) <= 40 else value[:40] + "…"
-    msg = f"{NICENESS_ENV} must be an integer from 0 to {MAX_NICENESS}, got {shown!r}"
-    raise InvalidInput(msg, field=NICENESS_ENV)
+    otherwise (:class:`devs.adapters.config.Settings` checks it)."""
+    return Settings.from_environ({NICENESS_ENV: value or ""}).worker_niceness
 
 
 def listening_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
@@ -97,13 +93,13 @@ def run_worker(host: str, port: int, reuse_port: bool, niceness: int = 0) -> Non
 
 def run_projector() -> None:
     """The read models' projection runner, until SIGTERM (``devs project``)."""
-    from devs.domain import RecoveryService
     from devs.projections.postgres import PostgresReadModels
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor stops it
-    with RecoveryService(env={PROJECTIONS_ENV: "runner"}) as service:
+    settings = Settings().model_copy(update={"projections": Projections.RUNNER})
+    with open_service(settings) as service:
         models = service.read_models
         assert isinstance(models, PostgresReadModels)
         models.follow(stop)

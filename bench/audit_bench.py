@@ -30,7 +30,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from devs.domain import Policy, RecoveryService
+from devs.adapters.config import Settings, open_service
+from devs.domain import Policy
 from devs.domain.gate import evaluate
 from devs.domain.policy import StuckDetection
 from devs.domain.stuck import WINDOW, Attempted, assess
@@ -86,7 +87,7 @@ def _history(task: Task, seed: int) -> None:
 
 
 def write_store(path: Path, events: int) -> int:
-    with RecoveryService(env={"SQLITE_DBNAME": str(path)}) as app:
+    with open_service(Settings(db=str(path))) as app:
         written = 0
         n = 0
         while written < events:
@@ -111,7 +112,7 @@ def store_rows(path: Path, events: int) -> list[tuple[str, str, str]]:
     say(f"writing a store of about {events:,} events")
     written = write_store(path, events)
     rows: list[tuple[str, str, str]] = []
-    with RecoveryService(env={"SQLITE_DBNAME": str(path)}) as app:
+    with open_service(Settings(db=str(path))) as app:
         stricter = Policy(escalation_threshold=2, handoff_threshold=4)
         say("what-if")
         seconds, report = timed(lambda: app.what_if(stricter))
@@ -204,9 +205,7 @@ def decision_rows(base: Path, decisions: int) -> list[tuple[str, str, str]]:
                 stuck_detection=StuckDetection(mode),
             )
             path = base / f"decisions-{mode}-{r}.sqlite"
-            with RecoveryService(
-                env={"SQLITE_DBNAME": str(path)}, policy=policy
-            ) as app:
+            with open_service(Settings(db=str(path)), policy=policy) as app:
                 app.start_task("t")
                 per_round = decisions // rounds
                 start = time.perf_counter()

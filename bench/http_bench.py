@@ -93,8 +93,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from devs.domain import Policy, RecoveryService
-from devs.domain.database import PROJECTIONS_ENV
+from devs.adapters.config import Projections, Settings, open_service
+from devs.domain import Policy
 
 if TYPE_CHECKING:
     from tests.postgres import PostgresServer
@@ -551,10 +551,10 @@ def patient() -> Policy:
     return Policy(escalation_threshold=1000, handoff_threshold=1000)
 
 
-def in_process(env: dict[str, str], seconds: float, tag: str) -> InProcess:
+def in_process(settings: Settings, seconds: float, tag: str) -> InProcess:
     """``record_gate`` decisions/s of one thread for ``seconds`` (bench.py row
     1's workload); starting tasks is not timed."""
-    app = RecoveryService(env=env, policy=patient())
+    app = open_service(settings, policy=patient())
     try:
         sets = 0
 
@@ -587,12 +587,12 @@ def in_process(env: dict[str, str], seconds: float, tag: str) -> InProcess:
 
 
 def in_process_beside_projector(
-    env: dict[str, str], seconds: float, tag: str, base: Path
+    settings: Settings, seconds: float, tag: str, base: Path
 ) -> InProcess:
     """As ``in_process``, but the read models are kept by a ``devs project``
     process (``DEVS_PROJECTIONS=external`` here), as ``devs serve`` keeps
     them: the runner thread no longer takes turns with the commands."""
-    worker_env = {**os.environ, **env}
+    worker_env = {**os.environ, **settings.environ()}
     with (base / f"project-{tag}.log").open("wb") as log:
         project = subprocess.Popen(
             [*devs_command(), "project"],
@@ -602,7 +602,8 @@ def in_process_beside_projector(
             start_new_session=True,
         )
     try:
-        return in_process({**env, PROJECTIONS_ENV: "external"}, seconds, tag)
+        external = settings.model_copy(update={"projections": Projections.EXTERNAL})
+        return in_process(external, seconds, tag)
     finally:
         stop_group(project)
         if project.returncode not in (0, -signal.SIGTERM):
@@ -908,14 +909,14 @@ def measure_backend(
     if pg is not None:
         from tests.postgres import create_database
 
-        env = {"DEVS_DATABASE_URL": create_database(pg, f"inproc_{workers}w")}
+        settings = Settings(database_url=create_database(pg, f"inproc_{workers}w"))
         pg_http_url = create_database(pg, f"http_{workers}w")
         storage = postgres_storage(pg)
     else:
-        env = {"SQLITE_DBNAME": str(where / "inproc.sqlite"), "DEVS_DATABASE_URL": ""}
+        settings = Settings(db=str(where / "inproc.sqlite"), database_url=None)
         storage = ""
     say(f"{name}: in-process record_gate for {args.inprocess_seconds:g} s")
-    before = in_process(env, args.inprocess_seconds, "before")
+    before = in_process(settings, args.inprocess_seconds, "before")
     say(f"  {before.rate:,.0f} decisions/s")
     if pg is None:
         storage = sqlite_storage(where / "inproc.sqlite")
@@ -971,13 +972,13 @@ def measure_backend(
         problems = server.problems()
         sampler.watch("server", None)
     say(f"{name}: in-process record_gate again")
-    after = in_process(env, args.inprocess_seconds, "after")
+    after = in_process(settings, args.inprocess_seconds, "after")
     say(f"  {after.rate:,.0f} decisions/s")
     beside = None
     if pg is not None:
         say(f"{name}: in-process record_gate, read models kept by devs project")
         beside = in_process_beside_projector(
-            env, args.inprocess_seconds, "projector", where
+            settings, args.inprocess_seconds, "projector", where
         )
         say(f"  {beside.rate:,.0f} decisions/s")
     return BackendResult(

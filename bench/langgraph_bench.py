@@ -40,9 +40,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
+from devs.adapters.config import Settings, open_service
 from devs.adapters.langgraph import DevsState, Referee
 from devs.adapters.sandbox import run_gate
-from devs.domain import Policy, RecoveryService
+from devs.domain import Policy
 
 TARGET = 0.15
 COMMAND = [
@@ -146,9 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             base / "checkpoints.sqlite", check_same_thread=False
         )
         patient = Policy(escalation_threshold=1000, handoff_threshold=1000)
-        service = RecoveryService(
-            env={"SQLITE_DBNAME": str(base / "devs.sqlite")}, policy=patient
-        )
+        service = open_service(Settings(db=str(base / "devs.sqlite")), policy=patient)
         try:
             saver = SqliteSaver(connection)
             referee = Referee(

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.corpus
 
-from devs.domain import RecoveryService
+from devs.adapters.config import Settings, open_service
 from devs.domain.redaction import redact
 from tests.corpus import (
     HOSTILE_ISSUE,
@@ -55,7 +55,7 @@ def speeds(
     texts = [("ordinary test-runner output", runner_output(ordinary_chars))]
     texts += [(repr(unit), hostile(unit, hostile_chars)) for unit in HOSTILE_ISSUE]
     texts += [(repr(unit), hostile(unit, hostile_chars)) for unit in HOSTILE_MORE]
-    app = RecoveryService(env={"SQLITE_DBNAME": str(db)})
+    app = open_service(Settings(db=str(db)))
     measured = []
     try:
         for i, (label, text) in enumerate(texts):

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import Policy, RecoveryService
 from devs.domain.run import MAX_RUN_EDGES, MAX_RUN_ID_BYTES, MAX_RUN_NODES
 from devs.domain.values import ID_MAX
@@ -78,7 +79,7 @@ QUERY_TARGET = Target("< 0.5 s", 0.5)
 
 def service(path: Path) -> RecoveryService:
     patient = Policy(escalation_threshold=1000, handoff_threshold=1000)
-    return RecoveryService(env={"SQLITE_DBNAME": str(path)}, policy=patient)
+    return open_service(Settings(db=str(path)), policy=patient)
 
 
 def chain(size: int) -> dict[str, list[str]]:

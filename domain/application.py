@@ -6,7 +6,8 @@ lets the run react (:mod:`devs.domain.reactions`), saves both in one atomic
 ``save``, and answers with a decision built from the aggregates. The decision
 log and the notifications are derived from the recorded events
 (:mod:`devs.domain.journal`). Queries read the read models, which the service
-is handed by topic from its ``env`` (``READ_MODELS_TOPIC``, SQLite by default)
+is handed by topic from its ``env`` (``READ_MODELS_TOPIC``, which the assembly
+chooses: :func:`devs.adapters.config.assemble`)
 through the ports of :mod:`devs.domain.ports`.
 
 How a command gets, decides and saves on optimistically cached aggregates,
@@ -16,10 +17,12 @@ answer is built from the saved aggregates is :mod:`devs.domain.decisions`.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
+from importlib.metadata import entry_points
 from typing import Annotated, Any, ClassVar, ParamSpec, TypeVar
 
 from eventsourcing.persistence import IntegrityError
@@ -36,14 +39,6 @@ from devs.domain.commands import (
     Written,
     store_errors,
     turn,
-)
-from devs.domain.database import (
-    DATABASE_URL_ENV,
-    POSTGRES_FACTORY,
-    POSTGRES_MODULES,
-    READ_WAIT_ENV,
-    postgres_env,
-    read_wait,
 )
 from devs.domain.decisions import (
     ActionResult,
@@ -63,6 +58,7 @@ from devs.domain.decisions import (
 from devs.domain.errors import (
     AlreadyExists,
     InvalidInput,
+    StoreError,
     UnknownRun,
     UnknownTask,
     UnreadableEvent,
@@ -71,6 +67,7 @@ from devs.domain.gate import evaluate
 from devs.domain.names import HumanAction, Resolution
 from devs.domain.policy import Policy, load_policy
 from devs.domain.ports import (
+    READ_MODELS_TOPIC,
     FailureReport,
     GateStatus,
     HandoffEntry,
@@ -81,6 +78,7 @@ from devs.domain.ports import (
     RunState,
     TaskIndexEntry,
     Verification,
+    read_wait_of,
 )
 from devs.domain.receipt import Pending, Receipt
 from devs.domain.redaction import redact
@@ -112,13 +110,9 @@ from devs.domain.values import (
     validated,
 )
 
-DEFAULT_DB = "devs_state.sqlite"
-DB_ENV = "DEVS_DB"
-READ_MODELS_TOPIC = "READ_MODELS_TOPIC"
-SQLITE_READ_MODELS = "devs.projections.sqlite:SQLiteReadModels"
-POSTGRES_READ_MODELS = "devs.projections.postgres:PostgresReadModels"
-POSTGRES_DEFAULTS = {"POSTGRES_POOL_SIZE": "2", "POSTGRES_MAX_OVERFLOW": "8"}
-"""Connections per process: eventsourcing opens its pool's size up front."""
+ASSEMBLY_GROUP = "devs.assembly"
+"""The entry-point group of the function that completes a service's env:
+which store, which read models (``devs.adapters.config:assemble``)."""
 logger = logging.getLogger("devs.service")
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -149,12 +143,7 @@ class RecoveryService(TaskCommands, Audits):
 
     name = "RecoveryService"
     env: ClassVar[dict[str, str]] = {
-        "PERSISTENCE_MODULE": "devs.adapters.persistence:SQLiteFactory",
-        "SQLITE_LOCK_TIMEOUT": "30",
         "ORIGINATOR_ID_TYPE": "text",
-        "MAPPER_TOPIC": "devs.adapters.persistence:PydanticMapper",
-        "TRANSCODER_TOPIC": "devs.adapters.persistence:OrjsonTranscoder",
-        READ_MODELS_TOPIC: SQLITE_READ_MODELS,
         **TaskCommands.env,
     }
 
@@ -166,7 +155,7 @@ class RecoveryService(TaskCommands, Audits):
             raise InvalidInput(msg, field="policy")
         super().__init__(env)
         self.policy = policy if policy is not None else load_policy(self.env)
-        self.read_wait = read_wait(self.env.get(READ_WAIT_ENV))
+        self.read_wait = read_wait_of(self.env)
         """How long a query waits for the read models (``DEVS_READ_WAIT``)."""
         factory: Callable[[RecoveryService], ReadModels] = resolve_topic(
             self.env[READ_MODELS_TOPIC]
@@ -174,29 +163,13 @@ class RecoveryService(TaskCommands, Audits):
         self.read_models = factory(self)
 
     def construct_env(self, name: str, env: EnvType | None = None) -> Any:
+        """The env (this class's, ``os.environ`` and ``env``, merged), completed
+        by the assembly: which store and which read models. The domain names
+        none; ``devs.adapters.config.assemble`` does, found by its entry point
+        (``devs.assembly``)."""
         environment = super().construct_env(name, env)
-        url = environment.get(DATABASE_URL_ENV)
-        if url:
-            environment.update(postgres_env(url))
-        if environment.get("PERSISTENCE_MODULE") in POSTGRES_MODULES:
-            environment["PERSISTENCE_MODULE"] = POSTGRES_FACTORY
-            if environment[READ_MODELS_TOPIC] == SQLITE_READ_MODELS:
-                environment[READ_MODELS_TOPIC] = POSTGRES_READ_MODELS
-            for setting, default in POSTGRES_DEFAULTS.items():
-                if not environment.get(setting):
-                    environment[setting] = default
-        elif not environment.get("SQLITE_DBNAME"):
-            environment["SQLITE_DBNAME"] = environment.get(DB_ENV) or DEFAULT_DB
+        environment.update(_assembly()(environment))
         return environment
-
-    @property
-    def on_postgres(self) -> bool:
-        """Whether the log is in PostgreSQL (else in a SQLite file)."""
-        return self.env.get("PERSISTENCE_MODULE") in POSTGRES_MODULES
-
-    @property
-    def db_path(self) -> str:
-        return str(self.env.get("SQLITE_DBNAME"))
 
     def close(self) -> None:
         self.read_models.close()
@@ -800,3 +773,21 @@ def _found(value: T | None, task_id: str) -> T:
     if value is None:
         raise UnknownTask(task_id)
     return value
+
+
+@functools.cache
+def _assembly() -> Callable[[Mapping[str, str]], Mapping[str, str]]:
+    """The function of the ``devs.assembly`` entry point: exactly one must be
+    installed (devs-recovery's own, ``devs.adapters.config:assemble``)."""
+    found = entry_points(group=ASSEMBLY_GROUP)
+    if len(found) != 1:
+        names = ", ".join(sorted(point.value for point in found)) or "none"
+        msg = (
+            f"a RecoveryService needs exactly one {ASSEMBLY_GROUP!r} entry point "
+            f"(installed with devs-recovery), found {names}: reinstall the package"
+        )
+        raise StoreError(msg)
+    assemble: Callable[[Mapping[str, str]], Mapping[str, str]] = next(
+        iter(found)
+    ).load()
+    return assemble

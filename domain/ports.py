@@ -298,3 +298,19 @@ class ReadModels(
 
 ReadModelsFactory = Callable[[Any], ReadModels]
 """What ``READ_MODELS_TOPIC`` names: called with the application."""
+
+READ_MODELS_TOPIC = "READ_MODELS_TOPIC"
+"""The env key naming the application's :data:`ReadModelsFactory`."""
+READ_WAIT_KEY = "DEVS_READ_WAIT"
+"""The env key of how long a query waits for the read models, in seconds
+(validated where the service is assembled, ``devs.adapters.config``)."""
+DEFAULT_READ_WAIT = 5.0
+PROJECTIONS_KEY = "DEVS_PROJECTIONS"
+"""The env key of who folds read models kept in a shared database:
+``runner`` (a thread of each process) or ``external``."""
+
+
+def read_wait_of(env: Any) -> float:
+    """The read wait an assembled env holds (``READ_WAIT_KEY``)."""
+    value = env.get(READ_WAIT_KEY)
+    return float(value) if value else DEFAULT_READ_WAIT

@@ -62,6 +62,14 @@ class RecoveryApi(Protocol):
         """The log position the commands of the block reached."""
         ...
 
+    def reading_after(self, position: int | None) -> AbstractContextManager[None]:
+        """Queries in the block wait until the read models folded ``position``."""
+        ...
+
+    def wait_for(self, position: int, *, timeout: float | None = None) -> int:
+        """Wait until the read models folded ``position``; the position reached."""
+        ...
+
     # ------------------------------------------------------------ commands
 
     def start_run(self, run_id: str, dag: Mapping[str, Sequence[str]]) -> RunState: ...

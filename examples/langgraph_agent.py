@@ -38,6 +38,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
+from devs.adapters.config import Settings, open_service
 from devs.adapters.langgraph import DevsState, Referee
 from devs.domain import RecoveryService
 
@@ -161,7 +162,7 @@ def build(referee: Referee, repo: Path, checkpointer: SqliteSaver) -> Any:
 def run(db: Path, url: str | None, work: Path) -> int:
     repo = work / "repo"
     first_commit = make_repo(repo)
-    service: Any = url or RecoveryService(env={"SQLITE_DBNAME": str(db)})
+    service: Any = url or open_service(Settings(db=str(db)))
     referee = Referee(
         service,
         entropy_of=lambda state: state.get("entropy"),

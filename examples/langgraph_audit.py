@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import RecoveryService
 
 HUMAN = {"Resumed", "Rewound", "Skipped", "HandoffClaimed", "HandoffResolved"}
@@ -137,7 +138,7 @@ def main() -> int:
     except sqlite3.Error:
         print(f"{args.db} holds no devs-recovery log", file=sys.stderr)
         return 2
-    with RecoveryService(env={"SQLITE_DBNAME": str(args.db)}) as service:
+    with open_service(Settings(db=str(args.db))) as service:
         records, problems = audit(service)
     if args.json:
         sys.stdout.buffer.write(

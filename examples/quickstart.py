@@ -13,6 +13,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import GraphSuspended, RecoveryService, suspend_if_stopped
 
 
@@ -27,7 +28,7 @@ def agent_turn(app: RecoveryService, task: str, strategy: str, exit_code: int) -
 
 
 def main(db: Path) -> None:
-    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as app:
+    with open_service(Settings(db=str(db))) as app:
         app.start_task("parse-config", agent="coder", last_commit="4f2a9c1")
         turns = [("regex tokenizer", 1), ("bigger regex", 1), ("more regex", 1)]
         for strategy, exit_code in turns:

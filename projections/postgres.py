@@ -54,13 +54,12 @@ from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
 from devs.domain import eventsourcing_internals
-from devs.domain.database import PROJECTIONS_ENV, READ_WAIT_ENV, read_wait
 from devs.domain.errors import (
     DevsError,
     InvalidInput,
     NotCaughtUp,
 )
-from devs.domain.ports import Verification
+from devs.domain.ports import PROJECTIONS_KEY, Verification, read_wait_of
 from devs.domain.redaction import redact
 from devs.projections.base import Handler, ReadModelProjection, differences
 from devs.projections.pg import (
@@ -83,7 +82,7 @@ TRACKING_TABLE = f"{PROJECTION_NAME}_tracking"
 SCHEMA_TABLE = f"{PROJECTION_NAME}_schema"
 LOCK_KEY = 0x64657673_76696577  # "devsview": one fold at a time, per database
 PAGE_SIZE = 500
-MODE_ENV = PROJECTIONS_ENV
+MODE_ENV = PROJECTIONS_KEY
 MODES = ("runner", "external")
 
 logger = logging.getLogger("devs.read_models")
@@ -390,7 +389,7 @@ class PostgresReadModels(ViewQueries):
         if self.mode not in MODES:
             msg = f"{MODE_ENV} must be one of {', '.join(MODES)}, got {self.mode!r}"
             raise InvalidInput(msg, field=MODE_ENV)
-        self.wait = read_wait(app.env.get(READ_WAIT_ENV))
+        self.wait = read_wait_of(app.env)
         self.store = PostgresViews(app.factory.datastore)
         self.store.create_table()
         self.views: dict[str, Any] = dict(self.store.views)

@@ -36,11 +36,8 @@ from eventsourcing.persistence import (
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteFactory
 
 from devs.domain.commands import NO_WAIT, locked
-from devs.domain.database import READ_WAIT_ENV, read_wait
 from devs.domain.errors import DevsError, NotCaughtUp, UnreadableEvent
-from devs.domain.ports import (
-    Verification,
-)
+from devs.domain.ports import Verification, read_wait_of
 from devs.domain.redaction import redact
 from devs.projections.base import (
     Handler,
@@ -109,7 +106,7 @@ class SQLiteReadModels(ViewQueries):
             )
             raise DevsError(msg)
         self.app = app
-        self.wait = read_wait(app.env.get(READ_WAIT_ENV))
+        self.wait = read_wait_of(app.env)
         """How long a catch-up waits for another writer's lock (DEVS_READ_WAIT)."""
         self._file_datastore = app.factory.datastore
         self._events_table = str(getattr(app.recorder, "events_table_name", ""))

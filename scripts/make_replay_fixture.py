@@ -18,7 +18,8 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from devs.domain import IllegalTransition, RecoveryService
+from devs.adapters.config import Settings, open_service
+from devs.domain import IllegalTransition
 from devs.domain.policy import Policy, StuckDetection
 
 DEFAULT = Policy()
@@ -40,7 +41,7 @@ def pytest_output(failed: int, passed: int) -> str:
 
 
 def a_run_under_the_default_policy(path: Path) -> None:
-    with RecoveryService(env={"SQLITE_DBNAME": str(path)}, policy=DEFAULT) as app:
+    with open_service(Settings(db=str(path)), policy=DEFAULT) as app:
         app.start_run("release", {"design": [], "build": ["design"], "ship": ["build"]})
         app.start_task("design", run_id="release", agent="coder", last_commit="c0")
         app.begin_attempt("design", "sketch the module layout")
@@ -73,7 +74,7 @@ def a_run_under_the_default_policy(path: Path) -> None:
 
 
 def a_stricter_policy(path: Path) -> None:
-    with RecoveryService(env={"SQLITE_DBNAME": str(path)}, policy=STRICT) as app:
+    with open_service(Settings(db=str(path)), policy=STRICT) as app:
         app.start_task("strict", agent="coder")
         for i in range(2):
             app.begin_attempt("strict", "bump the timeout")
@@ -86,7 +87,7 @@ def a_stricter_policy(path: Path) -> None:
 
 
 def stuck_detection_gating(path: Path) -> None:
-    with RecoveryService(env={"SQLITE_DBNAME": str(path)}, policy=GATE) as app:
+    with open_service(Settings(db=str(path)), policy=GATE) as app:
         app.start_task("looping", agent="coder")
         for _ in range(3):  # the third identical failure scores 1.0: paused
             app.begin_attempt("looping", "retry the flaky download")
@@ -105,7 +106,7 @@ def stuck_detection_gating(path: Path) -> None:
 
 
 def stuck_detection_off(path: Path) -> None:
-    with RecoveryService(env={"SQLITE_DBNAME": str(path)}, policy=OFF) as app:
+    with open_service(Settings(db=str(path)), policy=OFF) as app:
         app.start_task("unobserved", agent="coder")
         for _ in range(4):
             try:

@@ -11,10 +11,11 @@ and an index on ``task_id``. Exits 1 naming each problem, 0 when all hold.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import sys
 from pathlib import Path
+
+from devs.adapters.config import Settings
 
 COLUMNS = ("id", "task_id", "failed_strategy", "rca_summary", "logged_at")
 NOT_NULL = ("task_id", "failed_strategy", "rca_summary", "logged_at")
@@ -59,8 +60,7 @@ def problems(db: Path) -> list[str]:
 
 
 def main() -> int:
-    default = os.environ.get("DEVS_DB") or "devs_state.sqlite"
-    db = Path(sys.argv[1] if len(sys.argv) > 1 else default)
+    db = Path(sys.argv[1] if len(sys.argv) > 1 else Settings().db)
     found = problems(db)
     for problem in found:
         print(f"verify_lessons_schema: {problem}", file=sys.stderr)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import shutil
 import tempfile
-import uuid
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from devs.adapters import config
 from devs.domain.application import RecoveryService
 from devs.domain.chart import TaskState, destination
 from devs.domain.errors import IllegalTransition
@@ -38,31 +38,26 @@ HUMAN_EVENTS = frozenset(
 
 
 def memory_env() -> dict[str, str]:
-    """The ``env`` of a fresh in-memory store: eventsourcing's SQLite
-    recorders and the same read models (the same SQL) in a database of this
-    process alone, named once (``file:devs-<uuid>?mode=memory&cache=shared``:
-    every connection of the service's pool opens the same database, where a
-    bare ``:memory:`` would give each its own), gone with the service. It
-    never follows ``DEVS_DATABASE_URL`` from the environment."""
-    name = f"file:devs-{uuid.uuid4().hex}?mode=memory&cache=shared"
-    return {"SQLITE_DBNAME": name, "DEVS_DATABASE_URL": ""}
+    """The ``env`` of a fresh in-memory store (``devs.adapters.config.memory_env``):
+    eventsourcing's SQLite recorders and the same read models (the same SQL) in
+    a database of this process alone, shared by the services opened on this
+    env, gone with the last of them. It never follows ``DEVS_DATABASE_URL``
+    from the environment."""
+    return config.memory_env()
 
 
 def memory_service(policy: Policy) -> RecoveryService:
     """A fresh service whose log and read models live in memory: the
     machine's and the plugin's default (no file, faster)."""
-    return RecoveryService(env=memory_env(), policy=policy)
+    return config.open_service(env=memory_env(), policy=policy)
 
 
 def sqlite_service(policy: Policy) -> RecoveryService:
     """A fresh service on a new SQLite file in a temporary directory, removed
     when the service is garbage collected."""
     directory = tempfile.mkdtemp(prefix="devs-testing-")
-    service = RecoveryService(
-        env={
-            "SQLITE_DBNAME": str(Path(directory) / "devs.sqlite"),
-            "DEVS_DATABASE_URL": "",
-        },
+    service = config.open_service(
+        config.Settings(db=str(Path(directory) / "devs.sqlite"), database_url=None),
         policy=policy,
     )
     weakref.finalize(service, shutil.rmtree, directory, True)

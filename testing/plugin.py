@@ -45,9 +45,9 @@ def devs_service(
 ) -> Iterator[RecoveryService]:
     """A fresh service on ``devs_env`` (in memory unless overridden),
     deciding by ``devs_policy``; closed after the test."""
-    from devs.domain.application import RecoveryService
+    from devs.adapters.config import open_service
 
-    service = RecoveryService(env=dict(devs_env), policy=devs_policy)
+    service = open_service(env=dict(devs_env), policy=devs_policy)
     try:
         yield service
     finally:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from devs.adapters.config import Settings, memory_env, open_service
 from devs.domain import RecoveryService
-from devs.testing.machine import memory_env
 from tests.postgres import PostgresServer, create_database, drop_database, start_server
 
 # No per-example deadline: CI's shared 2-core machine can stall any example
@@ -30,8 +30,11 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def service(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[RecoveryService]:
+    """A fresh service with the default policy: in memory, or on the
+    ``db_path`` file when the test asks for that fixture too (to open the
+    file again, from another service, a process or raw SQL)."""
     for name in (
         "DEVS_ESCALATION_THRESHOLD",
         "DEVS_HANDOFF_THRESHOLD",
@@ -40,7 +43,11 @@ def service(
         "DEVS_DB",
     ):
         monkeypatch.delenv(name, raising=False)
-    app = RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+    if "db_path" in request.fixturenames:
+        db = str(request.getfixturevalue("db_path"))
+    else:
+        db = memory_env()["DEVS_DB"]
+    app = open_service(Settings(db=db, database_url=None))
     yield app
     app.close()
 
@@ -95,6 +102,8 @@ NOT_IN_MEMORY: dict[str, str] = {
         "caught_up",
         "test_read_position.py::test_over_http_after_n_answers_at_n_while_others_"
         "write_on",
+        "test_read_position.py::test_the_http_client_waits_for_a_position_and_"
+        "reads_at_it",
     )
 }
 """The tests of the ``backend`` fixture that cannot hold on the in-memory
@@ -112,7 +121,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     (``devs.testing.memory_env()``); a test that needs another process on it
     is skipped there (``NOT_IN_MEMORY``)."""
     if request.param == "sqlite":
-        return {"SQLITE_DBNAME": str(tmp_path / "backend.sqlite")}
+        return {"DEVS_DB": str(tmp_path / "backend.sqlite"), "DEVS_DATABASE_URL": ""}
     if request.param == "memory":
         test = request.node.nodeid.split("[", 1)[0]
         reason = NOT_IN_MEMORY.get(test)
@@ -131,7 +140,7 @@ def make_service(backend: dict[str, str]) -> Iterator[MakeService]:
     opened: list[RecoveryService] = []
 
     def make(**env: str) -> RecoveryService:
-        service = RecoveryService(env={**backend, **env})
+        service = open_service(env={**backend, **env})
         opened.append(service)
         return service
 

@@ -11,14 +11,25 @@ from typing import Any
 
 import orjson
 import pytest
+from eventsourcing.sqlite import SQLiteFactory
 
 from devs.adapters.sandbox import sandbox_unavailable
+from devs.domain import RecoveryService
 
 
-def event_count(db_path: Path) -> int:
-    """How many events the file holds (to prove a failed command wrote nothing)."""
-    with sqlite3.connect(db_path) as connection:
-        (count,) = connection.execute("SELECT COUNT(*) FROM stored_events").fetchone()
+def event_count(where: Path | RecoveryService) -> int:
+    """How many events a SQLite file, or a service's SQLite store (a file or
+    in memory), holds: to prove a failed command wrote nothing."""
+    statement = "SELECT COUNT(*) FROM stored_events"
+    if isinstance(where, Path):
+        with sqlite3.connect(where) as connection:
+            (count,) = connection.execute(statement).fetchone()
+        return int(count)
+    factory = where.factory
+    assert isinstance(factory, SQLiteFactory), "a SQLite store (a file or in memory)"
+    with factory.datastore.transaction(commit=False) as cursor:
+        cursor.execute(statement)
+        (count,) = cursor.fetchone()
     return int(count)
 
 

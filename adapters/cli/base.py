@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import getpass
 import logging
-import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -20,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from devs.adapters import presenters
+from devs.adapters.config import DB_ENV, DEFAULT_DB, Settings, open_service
 from devs.domain import (
     AttemptDecision,
     DevsError,
@@ -30,8 +30,6 @@ from devs.domain import (
     UnknownRun,
     UnknownTask,
 )
-from devs.domain.application import DB_ENV, DEFAULT_DB
-from devs.domain.database import DATABASE_URL_ENV
 from devs.domain.redaction import redact
 
 P = ParamSpec("P")
@@ -74,24 +72,36 @@ err = Console(stderr=True, highlight=False)
 
 
 class Context:
-    """Per-invocation state: where the database is, and the service once opened."""
+    """Per-invocation state: the settings (``--db`` over the environment's),
+    and the service once opened."""
 
     def __init__(self, db: str | None) -> None:
-        self.db = db or os.environ.get(DB_ENV) or DEFAULT_DB
+        self.db_option = db
+        self._settings: Settings | None = None
         self._app: RecoveryService | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """The environment's settings, ``--db`` taking ``DEVS_DB``'s place
+        (``InvalidInput`` naming the variable that is wrong)."""
+        if self._settings is None:
+            given = {"db": self.db_option} if self.db_option else {}
+            self._settings = Settings(**given)
+        return self._settings
+
+    @property
+    def db(self) -> str:
+        """The SQLite file (``--db``, else ``DEVS_DB``, else the default)."""
+        return self.settings.db
 
     @property
     def app(self) -> RecoveryService:
         if self._app is None:
+            settings = self.settings
             try:
-                self._app = RecoveryService(env={"SQLITE_DBNAME": self.db})
+                self._app = open_service(settings)
             except StoreError as error:
-                where = (
-                    "the PostgreSQL database of DEVS_DATABASE_URL"
-                    if os.environ.get(DATABASE_URL_ENV)
-                    else f"the database {self.db!r}"
-                )
-                msg = f"cannot open {where}: {error}"
+                msg = f"cannot open {settings.where}: {error}"
                 raise StoreError(msg) from None
         return self._app
 

@@ -18,7 +18,7 @@ from devs.adapters.cli.base import (
     handles_errors,
     pass_context,
 )
-from devs.domain.database import DATABASE_URL_ENV
+from devs.adapters.config import DATABASE_URL_ENV
 
 
 @cli.command()

@@ -8,9 +8,8 @@ import os
 import click
 
 from devs.adapters.cli.base import Context, ExitCode, cli, fail, pass_context
+from devs.adapters.config import DB_ENV, Backend, Projections, Settings, backend_of
 from devs.domain import InvalidInput
-from devs.domain.application import DB_ENV
-from devs.domain.database import PROJECTIONS_ENV
 
 
 def is_loopback(host: str) -> bool:
@@ -41,24 +40,28 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
     """
     # the server's libraries load only for this command
     from devs.adapters import serving
-    from devs.adapters.http import read_wait_from_env
 
-    if not is_loopback(host) and not os.environ.get("DEVS_API_TOKEN"):
+    settings: Settings | None = None
+    try:
+        settings = ctx.settings  # every setting checked here, not in each worker
+    except InvalidInput as error:
+        fail(str(error), ExitCode.BAD_INPUT)
+    assert settings is not None
+    if not is_loopback(host) and settings.api_token is None:
         fail(
             f"refusing to serve on {host}, which is not a loopback address, "
             "without DEVS_API_TOKEN: set a token, or bind 127.0.0.1",
             ExitCode.REFUSED,
         )
-    try:
-        read_wait_from_env()  # checked here, not in each worker
-        niceness = serving.worker_niceness(os.environ.get(serving.NICENESS_ENV))
-    except InvalidInput as error:
-        fail(str(error), ExitCode.BAD_INPUT)
-    os.environ[DB_ENV] = ctx.db  # the workers open the same database
+    os.environ[DB_ENV] = settings.db  # the workers open the same database
     # Opened once here, so a database that cannot be used fails now, in one line.
     app = ctx.app
-    projector = app.on_postgres and os.environ.get(PROJECTIONS_ENV) != "external"
+    projector = (
+        backend_of(app) is Backend.POSTGRES
+        and settings.projections is not Projections.EXTERNAL
+    )
     app.close()
+    niceness = settings.worker_niceness
     try:
         serving.serve(host, port, workers, projector=projector, niceness=niceness)
     except OSError as error:  # the address is taken, or not this machine's

@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from devs.domain import RecoveryService
+from devs.adapters.config import Settings, open_service
 from tests.e2e.test_cli import BAD_INPUT, Devs, assert_one_line_error
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -156,7 +156,7 @@ def test_an_old_database_exports_unchained(tmp_path: Path) -> None:
     assert devs("verify-export", str(out)).stdout.strip() == (
         "ok: 2 task(s): 0 intact, 2 unchained (written before the chain existed)"
     )
-    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as old:
+    with open_service(Settings(db=str(db))) as old:
         assert old.audit("n00").chain.state == "unchained"
 
 

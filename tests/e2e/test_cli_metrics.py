@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from devs.domain import Metrics, RecoveryService
+from devs.adapters.config import Settings, open_service
+from devs.domain import Metrics
 from tests.e2e.test_cli import BAD_INPUT, NOT_FOUND, Devs, assert_one_line_error
 
 
@@ -19,7 +20,7 @@ def devs(tmp_path: Path) -> Devs:
 def history(db: Path) -> str:
     """Task a of run r escalates and is resumed; task b is blocked and
     paused; returns when b started (ISO 8601)."""
-    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as service:
+    with open_service(Settings(db=str(db))) as service:
         service.start_run("r", {"a": []})
         service.start_task("a", run_id="r")
         service.begin_attempt("a", "patch the regex")
@@ -76,7 +77,7 @@ def test_metrics_table(devs: Devs) -> None:
 def test_metrics_json_and_filters(devs: Devs) -> None:
     since = history(devs.db)
     everything = Metrics.model_validate(devs.json("metrics"))
-    with RecoveryService(env={"SQLITE_DBNAME": str(devs.db)}) as service:
+    with open_service(Settings(db=str(devs.db))) as service:
         assert everything == service.metrics()
     assert everything.tasks == 2
     ran = Metrics.model_validate(devs.json("metrics", "--run", "r"))

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devs.adapters.serving import DEFAULT_NICENESS, listening_socket, worker_niceness
+from devs.adapters.config import DEFAULT_NICENESS
+from devs.adapters.serving import listening_socket, worker_niceness
 from tests.e2e.test_serve import DEVS, Server, free_port
 from tests.helpers import wait_until
 

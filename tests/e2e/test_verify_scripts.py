@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from devs.domain import RecoveryService
+from devs.adapters.config import Settings, open_service
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ def test_verify_handoff_passes_on_the_state_store(tmp_path: Path) -> None:
 def test_verify_handoff_fails_when_the_task_was_not_handed_off(tmp_path: Path) -> None:
     """A store where the task already exists and passed: the script must fail."""
     db = tmp_path / "devs_state.sqlite"
-    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as app:
+    with open_service(Settings(db=str(db))) as app:
         app.start_task("task-09-1-handoff")
     result = run(
         "bash",
@@ -56,7 +56,7 @@ def test_verify_handoff_fails_when_the_task_was_not_handed_off(tmp_path: Path) -
 
 def test_verify_lessons_schema_passes_on_a_real_store(tmp_path: Path) -> None:
     db = tmp_path / "devs_state.sqlite"
-    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as app:
+    with open_service(Settings(db=str(db))) as app:
         app.start_task("A")
         app.log_lesson("A", "mock the network", "hid a bug")
     result = run(

@@ -14,6 +14,7 @@ import orjson
 import psycopg
 import pytest
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import (
     InvalidInput,
     Policy,
@@ -35,8 +36,8 @@ Execute = Callable[[str, tuple[Any, ...]], list[Any]]
 def execute(backend: dict[str, str]) -> Iterator[Execute]:
     """Runs SQL on the backend's database behind the service's back (``?``
     placeholders), as someone editing the log by hand would."""
-    if "SQLITE_DBNAME" in backend:
-        connection = sqlite3.connect(backend["SQLITE_DBNAME"])
+    if backend.get("DEVS_DB"):
+        connection = sqlite3.connect(backend["DEVS_DB"])
 
         def run_sqlite(sql: str, params: tuple[Any, ...]) -> list[Any]:
             rows = connection.execute(sql, params).fetchall()
@@ -220,7 +221,7 @@ def _exported(service: RecoveryService) -> list[bytes]:
 
 
 def test_verify_export_names_the_first_broken_link(tmp_path: Path) -> None:
-    with RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "x.sqlite")}) as service:
+    with open_service(Settings(db=str(tmp_path / "x.sqlite"))) as service:
         _history(service)
         lines = _exported(service)
     edited = list(lines)
@@ -260,7 +261,7 @@ def test_verify_export_names_the_first_broken_link(tmp_path: Path) -> None:
 def test_histories_before_the_chain_are_unchained_not_broken(tmp_path: Path) -> None:
     db = tmp_path / "old.sqlite"
     shutil.copy(FIXTURES / "v0.1.0.sqlite", db)
-    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as old:
+    with open_service(Settings(db=str(db))) as old:
         report = old.verify()
         assert report.ok, report.problems
         assert report.chains["unchained"] == 32
@@ -280,7 +281,7 @@ def test_the_replay_check_passes_on_the_fixture_of_this_release(
 ) -> None:
     db = tmp_path / "fixture.sqlite"
     shutil.copy(FIXTURES / "replay-check.sqlite", db)
-    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as app:
+    with open_service(Settings(db=str(db))) as app:
         report = app.replay_check()
         assert report.ok, report.differences
         assert (report.tasks, report.events) == (7, 74)
@@ -301,7 +302,7 @@ def test_the_replay_check_passes_on_the_fixture_of_this_release(
 def test_the_replay_check_passes_on_0_1_0_histories(tmp_path: Path) -> None:
     db = tmp_path / "old.sqlite"
     shutil.copy(FIXTURES / "v0.1.0.sqlite", db)
-    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as old:
+    with open_service(Settings(db=str(db))) as old:
         report = old.replay_check()
         assert report.ok, report.differences
         assert report.tasks == 32
@@ -390,7 +391,7 @@ def test_a_postgresql_database_of_the_last_release_takes_the_new_columns(
 ) -> None:
     """Tables made before the chain head and stuck scores existed get their
     columns when the service opens them; a rebuild refolds the rows."""
-    with RecoveryService(env={"DEVS_DATABASE_URL": pg_url}) as service:
+    with open_service(Settings(database_url=pg_url)) as service:
         _history(service)
     with psycopg.connect(pg_url, autocommit=True) as pg:
         for statement in (
@@ -402,7 +403,7 @@ def test_a_postgresql_database_of_the_last_release_takes_the_new_columns(
             "DROP TABLE devs_views_schema",  # the last release had none
         ):
             pg.execute(statement)
-    with RecoveryService(env={"DEVS_DATABASE_URL": pg_url}) as upgraded:
+    with open_service(Settings(database_url=pg_url)) as upgraded:
         _history(upgraded, "u")  # the new folds write the new columns
         assert [e.task_id for e in upgraded.tasks()] == ["t", "u"]
         report = upgraded.verify()
@@ -464,7 +465,7 @@ def test_links_removed_from_every_event_are_caught(
 
 
 def test_links_removed_in_an_export_are_caught(tmp_path: Path) -> None:
-    with RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "x.sqlite")}) as service:
+    with open_service(Settings(db=str(tmp_path / "x.sqlite"))) as service:
         _history(service)
         lines = _exported(service)
     stripped = [lines[0]]
@@ -482,7 +483,7 @@ def test_links_removed_in_an_export_are_caught(tmp_path: Path) -> None:
 
 
 def test_an_event_added_after_the_trailers_count_is_caught(tmp_path: Path) -> None:
-    with RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "x.sqlite")}) as service:
+    with open_service(Settings(db=str(tmp_path / "x.sqlite"))) as service:
         _history(service)
         lines = _exported(service)
     last = orjson.loads(lines[-2])
@@ -526,7 +527,7 @@ def test_an_event_added_after_the_trailers_count_is_caught(tmp_path: Path) -> No
 def test_hostile_export_lines_are_refused_with_a_line_number(
     tmp_path: Path, edit: Callable[[dict[str, Any]], None], problem: str
 ) -> None:
-    with RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "x.sqlite")}) as service:
+    with open_service(Settings(db=str(tmp_path / "x.sqlite"))) as service:
         _history(service)
         lines = _exported(service)
     line = orjson.loads(lines[2])
@@ -542,7 +543,7 @@ def test_hostile_export_lines_are_refused_with_a_line_number(
     [{"events": "x", "state": "intact", "head": None}, [1], {"events": 1}],
 )
 def test_a_malformed_trailer_is_refused(tmp_path: Path, summary: Any) -> None:
-    with RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "x.sqlite")}) as service:
+    with open_service(Settings(db=str(tmp_path / "x.sqlite"))) as service:
         _history(service)
         lines = _exported(service)
     trailer = orjson.loads(lines[-1])

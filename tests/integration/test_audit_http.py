@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from devs.adapters.client import HttpRecoveryClient
+from devs.adapters.config import open_service
 from devs.adapters.http import create_app
 from devs.domain import InvalidInput, NotFound, Policy, RecoveryService
 
@@ -88,7 +89,7 @@ def test_verify_and_the_replay_check_over_http(
 def stricter_service(tmp_path: Path) -> Iterator[RecoveryService]:
     """A service whose policy in force is not the default one."""
     env = {"SQLITE_DBNAME": str(tmp_path / "s.sqlite"), "DEVS_HANDOFF_THRESHOLD": "8"}
-    with RecoveryService(env=env) as service:
+    with open_service(env=env) as service:
         yield service
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import (
     AlreadyExists,
     IllegalTransition,
@@ -162,7 +163,7 @@ def test_rebuild_and_verify(make_service: MakeService) -> None:
 
 
 def _gates(env: dict[str, str], count: int, start: Any) -> None:
-    with RecoveryService(env=env) as service:
+    with open_service(env=env) as service:
         start.wait()
         for _ in range(count):
             service.begin_attempt("t", "the same idea")
@@ -199,7 +200,7 @@ def test_a_poison_event_on_postgresql_is_skipped_logged_and_verified(
     names it; the runner goes on with the next events."""
     import psycopg
 
-    with RecoveryService(env={"DEVS_DATABASE_URL": pg_url}) as service:
+    with open_service(Settings(database_url=pg_url)) as service:
         service.start_task("t1")
         with psycopg.connect(pg_url, autocommit=True) as connection:
             connection.execute(

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from eventsourcing.persistence import OperationalError
 
+from devs.adapters.config import Settings, open_service, sqlite_path
 from devs.domain import IllegalTransition, Policy, RecoveryService, StoreError
 from devs.domain.chart import TaskState
 from devs.domain.run import Run
@@ -26,16 +27,16 @@ from tests.helpers import event_count
 def other(db_path: Path) -> Any:
     """A second service on the same file: another process, as far as the
     first one's cache can tell."""
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as app:
+    with open_service(Settings(db=str(db_path))) as app:
         yield app
 
 
 def test_a_command_that_fails_after_deciding_leaves_the_cache_clean(
-    service: RecoveryService, db_path: Path, monkeypatch: pytest.MonkeyPatch
+    service: RecoveryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     service.start_task("t1")
     service.record_gate("t1", 1)
-    stored = event_count(db_path)
+    stored = event_count(service)
 
     def broken_disk(*args: Any, **kwargs: Any) -> None:
         raise OperationalError("disk I/O error")
@@ -44,7 +45,7 @@ def test_a_command_that_fails_after_deciding_leaves_the_cache_clean(
         patch.setattr(service.recorder, "insert_events", broken_disk)
         with pytest.raises(StoreError, match="disk I/O error"):
             service.record_gate("t1", 1)  # decided (count 2), then could not save
-    assert event_count(db_path) == stored
+    assert event_count(service) == stored
     decision = service.record_gate("t1", 1)
     assert decision.consecutive_failures == 2  # not 3: the failed decision is gone
     assert service.task("t1").version == 3
@@ -65,7 +66,7 @@ def test_a_stale_cache_does_not_refuse_what_the_store_allows(
     service: RecoveryService, other: RecoveryService
 ) -> None:
     patient = Policy(escalation_threshold=1, handoff_threshold=10)
-    with RecoveryService(env={"SQLITE_DBNAME": service.db_path}, policy=patient) as app:
+    with open_service(Settings(db=sqlite_path(service)), policy=patient) as app:
         app.start_task("t1")
         app.record_gate("t1", 1)  # escalated; cached here as ESCALATION
         other.resume("t1", actor="human", reason="go on")
@@ -101,7 +102,7 @@ def test_commands_from_threads_share_one_cache_safely(db_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     patient = Policy(escalation_threshold=1000, handoff_threshold=1000)
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}, policy=patient) as app:
+    with open_service(Settings(db=str(db_path)), policy=patient) as app:
         app.start_task("shared")
         with ThreadPoolExecutor(max_workers=4) as pool:
             list(pool.map(lambda _: app.record_gate("shared", 1), range(40)))
@@ -116,7 +117,7 @@ def test_threads_driving_tasks_of_one_run(db_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     nodes = [f"n{i}" for i in range(24)]
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as app:
+    with open_service(Settings(db=str(db_path))) as app:
         app.start_run("r1", {node: [] for node in nodes})
 
         def work(node: str) -> str | None:
@@ -139,8 +140,8 @@ def test_a_stale_cached_run_still_reacts(db_path: Path) -> None:
     policy = Policy(escalation_threshold=1, handoff_threshold=10)
     env = {"SQLITE_DBNAME": str(db_path)}
     with (
-        RecoveryService(env=env, policy=policy) as first,
-        RecoveryService(env=env, policy=policy) as second,
+        open_service(env=env, policy=policy) as first,
+        open_service(env=env, policy=policy) as second,
     ):
         first.start_run("r", {"a": [], "b": []})
         first.start_task("b", run_id="r")  # first caches the run

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import Outcome, Policy, RecoveryService
 from devs.domain.chart import TaskState
 from tests.helpers import decision_lines
@@ -59,7 +60,7 @@ def test_a_process_past_its_timeout_is_killed(service: RecoveryService) -> None:
 def test_concurrent_writers_lose_no_failure(db_path: Path) -> None:
     """Two processes report failures on one task at once: every one is counted."""
     patient = Policy(escalation_threshold=1000, handoff_threshold=1000)
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}, policy=patient) as app:
+    with open_service(Settings(db=str(db_path)), policy=patient) as app:
         app.start_task("shared")
     writer = textwrap.dedent(
         f"""
@@ -72,7 +73,7 @@ def test_concurrent_writers_lose_no_failure(db_path: Path) -> None:
     )
     procs = [subprocess.Popen([sys.executable, "-c", writer]) for _ in range(2)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as app:
+    with open_service(Settings(db=str(db_path))) as app:
         assert app.task("shared").consecutive_failures == 120
         assert app.failure_report("shared").failure_count == 120
         counts = [h.consecutive_failures for h in app.history("shared")]

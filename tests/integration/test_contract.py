@@ -38,6 +38,7 @@ import pytest
 from eventsourcing.sqlite import SQLiteFactory
 from pydantic import BaseModel
 
+from devs.adapters.config import open_service
 from devs.domain import (
     AlreadyExists,
     IllegalTransition,
@@ -76,7 +77,7 @@ TOPIC_PROBLEM = (
 def kind(backend: dict[str, str]) -> str:
     if backend.get("DEVS_DATABASE_URL"):
         return "postgres"
-    return "memory" if "mode=memory" in backend["SQLITE_DBNAME"] else "sqlite"
+    return "memory" if "mode=memory" in backend["DEVS_DB"] else "sqlite"
 
 
 class Store:
@@ -100,7 +101,7 @@ class Store:
             with factory.datastore.transaction(commit=True) as cursor:
                 cursor.execute(statement, params)
                 return [tuple(row) for row in cursor.fetchall()]
-        path = self.backend["SQLITE_DBNAME"]
+        path = self.backend["DEVS_DB"]
         with contextlib.closing(sqlite3.connect(path)) as connection:
             rows = connection.execute(statement, params).fetchall()
             connection.commit()
@@ -160,7 +161,7 @@ def end(service: RecoveryService) -> int:
 @pytest.fixture
 def reference() -> Iterator[RecoveryService]:
     """The same script's answers, from a service in memory."""
-    with RecoveryService(env=memory_env()) as service:
+    with open_service(env=memory_env()) as service:
         yield service
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import (
     EntropyDecision,
     GraphSuspended,
@@ -63,13 +64,13 @@ def test_trigger_is_persisted_as_a_gate_record(
 
 
 def test_no_duplicate_gates_for_the_same_task(
-    service: RecoveryService, task: str, db_path: Path
+    service: RecoveryService, task: str
 ) -> None:
     first = service.report_entropy(task, 0.9)
-    events = event_count(db_path)
+    events = event_count(service)
     second = service.report_entropy(task, 0.95)
     assert second.session_id == first.session_id
-    assert event_count(db_path) == events  # nothing new recorded
+    assert event_count(service) == events  # nothing new recorded
     assert len(service.pending_sessions()) == 1
 
 
@@ -86,19 +87,19 @@ def test_gate_status_of_an_untriggered_task(
     "score", [1.5, -0.2, math.nan, math.inf, -math.inf, "0.9", True]
 )
 def test_bad_scores_are_rejected_and_nothing_is_written(
-    service: RecoveryService, task: str, db_path: Path, score: object
+    service: RecoveryService, task: str, score: object
 ) -> None:
-    events = event_count(db_path)
+    events = event_count(service)
     with pytest.raises(InvalidInput, match="score"):
         service.report_entropy(task, score)  # type: ignore[arg-type]
-    assert event_count(db_path) == events
+    assert event_count(service) == events
 
 
 def test_policy_threshold_from_the_environment(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DEVS_HITL_ENTROPY_THRESHOLD", "0.5")
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as app:
+    with open_service(Settings(db=str(db_path))) as app:
         app.start_task("t1")
         assert app.report_entropy("t1", 0.55).triggered is True
         assert app.task("t1").policy.hitl_entropy_threshold == 0.5
@@ -108,10 +109,10 @@ def test_recorded_policy_wins_over_a_later_environment(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DEVS_HITL_ENTROPY_THRESHOLD", "0.5")
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as app:
+    with open_service(Settings(db=str(db_path))) as app:
         app.start_task("t1")
     monkeypatch.setenv("DEVS_HITL_ENTROPY_THRESHOLD", "0.9")
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as app:
+    with open_service(Settings(db=str(db_path))) as app:
         assert app.report_entropy("t1", 0.6).triggered is True
 
 

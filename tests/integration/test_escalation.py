@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import GateDecision, IllegalTransition, Outcome, RecoveryService
 from devs.domain.chart import TaskState
 from devs.domain.run import RunStatus
@@ -71,7 +72,7 @@ def test_counts_survive_a_restart(db_path: Path, service: RecoveryService) -> No
     fail(service, "t1", "a")
     fail(service, "t1", "b")
     service.close()
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as restarted:
+    with open_service(Settings(db=str(db_path))) as restarted:
         assert restarted.task("t1").consecutive_failures == 2
         assert restarted.failure_report("t1").failure_count == 2
         assert fail(restarted, "t1", "c").outcome is Outcome.ESCALATE
@@ -169,17 +170,17 @@ def test_killed_process_fails_the_gate(service: RecoveryService) -> None:
 
 
 def test_gate_while_escalated_is_illegal_and_writes_nothing(
-    service: RecoveryService, db_path: Path
+    service: RecoveryService,
 ) -> None:
     service.start_task("t1")
     for strategy in ("a", "b", "c"):
         fail(service, "t1", strategy)
-    events = event_count(db_path)
+    events = event_count(service)
     with pytest.raises(IllegalTransition, match="state ESCALATION"):
         service.record_gate("t1", 0)
     with pytest.raises(IllegalTransition):
         service.begin_attempt("t1", "d")
-    assert event_count(db_path) == events
+    assert event_count(service) == events
 
 
 def test_counters_do_not_carry_between_runs(service: RecoveryService) -> None:

@@ -42,6 +42,7 @@ from eventsourcing.popo import POPOTrackingRecorder
 from eventsourcing.projection import Projection, ProjectionRunner
 from eventsourcing.utils import resolve_topic
 
+from devs.adapters.config import Settings, open_service
 from devs.adapters.persistence import NOTHING_RETURNED
 from devs.domain import eventsourcing_internals as internals
 from devs.domain.eventsourcing_internals import OVERRIDES, Override
@@ -231,9 +232,8 @@ def test_notify_calls_the_hook_save_calls_after_recording() -> None:
 def test_the_service_s_save_notifies_and_caches_as_the_library_does(
     tmp_path: Path,
 ) -> None:
-    from devs.domain.application import RecoveryService
 
-    service = RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "d.sqlite")})
+    service = open_service(Settings(db=str(tmp_path / "d.sqlite")))
     try:
         seen: list[list[int]] = []
         service._notify = lambda recordings: seen.append(  # type: ignore[method-assign]
@@ -481,8 +481,8 @@ def test_create_table_runs_create_table_in_one_transaction() -> None:
 def _postgres_factory(url: str) -> Any:
     from eventsourcing.utils import Environment
 
+    from devs.adapters.config import postgres_env
     from devs.adapters.postgres import PostgresFactory
-    from devs.domain.database import postgres_env
 
     env = {**postgres_env(url), "ORIGINATOR_ID_TYPE": "text"}
     return PostgresFactory(Environment("Pinned", env))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import IllegalTransition, InvalidInput, RecoveryService
 from devs.domain.receipt import Receipt
 
@@ -155,7 +156,7 @@ def test_a_key_outlives_the_process(db_path: Path, started: RecoveryService) -> 
     with started.exactly_once("k", "r"):
         first = started.record_gate("t", 1)
     started.close()
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as reopened:
+    with open_service(Settings(db=str(db_path))) as reopened:
         written = position(reopened)
         with reopened.exactly_once("k", "r"):
             assert reopened.record_gate("t", 1) == first
@@ -183,7 +184,7 @@ def test_threads_racing_with_one_key_write_once(started: RecoveryService) -> Non
 
 
 def _send_from_a_process(db: str, start: Any, results: Any) -> None:
-    with RecoveryService(env={"SQLITE_DBNAME": db}) as service:
+    with open_service(Settings(db=db)) as service:
         start.wait()
         with service.exactly_once("shared", "gate"):
             results.put(service.record_gate("t", 1).model_dump_json())

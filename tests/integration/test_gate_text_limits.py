@@ -9,7 +9,6 @@ the cut point is removed whole, never half-kept.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -32,14 +31,14 @@ def cut_at(length: int, limit: int, stored: int) -> int:
 
 
 def test_an_error_over_its_limit_is_recorded_cut_and_says_so(
-    service: RecoveryService, db_path: Path
+    service: RecoveryService,
 ) -> None:
     service.start_task("t1")
     error = "x" * 200_000 + "exited with code 1: boom"
-    events = event_count(db_path)
+    events = event_count(service)
     decision = service.record_gate("t1", 1, error=error)
     assert (decision.reason, decision.consecutive_failures) == ("NON_ZERO_EXIT", 1)
-    assert event_count(db_path) == events + 1
+    assert event_count(service) == events + 1
     [failure] = service.task("t1").failure_history
     assert failure.error_message.startswith(marker(200_024, 100_000) + "x")
     assert failure.error_message.endswith("exited with code 1: boom")
@@ -127,10 +126,10 @@ def test_a_secret_straddling_the_output_cut_is_redacted_whole(
 
 
 def test_other_texts_over_their_limits_are_still_refused(
-    service: RecoveryService, db_path: Path
+    service: RecoveryService,
 ) -> None:
     service.start_task("t1")
-    events = event_count(db_path)
+    events = event_count(service)
     refusals: list[tuple[Callable[[], object], str]] = [
         (
             lambda: service.record_gate("t1", 1, strategy="s" * 4_001),
@@ -153,7 +152,7 @@ def test_other_texts_over_their_limits_are_still_refused(
         with pytest.raises(InvalidInput) as refused:
             call()
         assert str(refused.value) == message
-    assert event_count(db_path) == events
+    assert event_count(service) == events
 
 
 def test_a_gate_sent_exactly_once_is_recorded_whatever_its_output(

@@ -130,16 +130,14 @@ def test_claim_and_resolve_the_handoff(service: RecoveryService) -> None:
     assert decision.consecutive_failures == 6
 
 
-def test_resolve_needs_a_claim_and_a_known_resolution(
-    service: RecoveryService, db_path: Path
-) -> None:
+def test_resolve_needs_a_claim_and_a_known_resolution(service: RecoveryService) -> None:
     service.start_task(TASK)
     always_fail(service, 5)
-    events = event_count(db_path)
+    events = event_count(service)
     with pytest.raises(IllegalTransition, match="not claimed"):
         service.resolve_handoff(TASK, actor="carol", resolution="complete", reason="r")
     service.claim_handoff(TASK, actor="carol")
-    events = event_count(db_path)
+    events = event_count(service)
     with pytest.raises(InvalidInput, match="resolution must be one of"):
         service.resolve_handoff(
             TASK,
@@ -149,7 +147,7 @@ def test_resolve_needs_a_claim_and_a_known_resolution(
         )
     with pytest.raises(IllegalTransition, match="already claimed by 'carol'"):
         service.claim_handoff(TASK, actor="dave")
-    assert event_count(db_path) == events
+    assert event_count(service) == events
 
 
 def test_complete_by_human_settles_the_run(service: RecoveryService) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from devs.adapters.config import Settings, open_service
 from devs.adapters.http import create_app
 from devs.domain import RecoveryService
 from tests.helpers import event_count
@@ -21,10 +22,10 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 @pytest.fixture
 def client(db_path: Path) -> Iterator[TestClient]:
-    def open_service() -> RecoveryService:
-        return RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+    def opened() -> RecoveryService:
+        return open_service(Settings(db=str(db_path)))
 
-    app = create_app(open_service, token=TOKEN, read_wait=0.3)
+    app = create_app(opened, token=TOKEN, read_wait=0.3)
     with TestClient(app, headers=AUTH) as test_client:
         yield test_client
 
@@ -222,9 +223,7 @@ def test_illegal_transitions_and_duplicates_are_409(client: TestClient) -> None:
 
 
 def test_the_token_is_required_but_for_healthz(db_path: Path) -> None:
-    app = create_app(
-        lambda: RecoveryService(env={"SQLITE_DBNAME": str(db_path)}), token=TOKEN
-    )
+    app = create_app(lambda: open_service(Settings(db=str(db_path))), token=TOKEN)
     with TestClient(app) as anonymous:
         assert ok(anonymous.get("/healthz")) == {"ok": True}
         for headers in (
@@ -326,9 +325,7 @@ def test_the_docs_are_served_without_a_cdn_and_without_the_token(
     """``/docs`` and ``/redoc`` load their scripts from the service itself (it
     often runs where nothing outside is reachable), and a browser gets them
     without the token it cannot send; the API itself still needs it."""
-    app = create_app(
-        lambda: RecoveryService(env={"SQLITE_DBNAME": str(db_path)}), token=TOKEN
-    )
+    app = create_app(lambda: open_service(Settings(db=str(db_path))), token=TOKEN)
     with TestClient(app) as browser:
         for page in ("/docs", "/redoc"):
             html = browser.get(page)
@@ -441,14 +438,14 @@ def test_the_position_header_is_the_last_event_each_command_wrote(
     event it wrote, even when other writers recorded more since."""
     first = client.post("/tasks", json={"task_id": "t1"})
     assert int(first.headers["X-Devs-Position"]) == event_count(db_path)
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as other:
+    with open_service(Settings(db=str(db_path))) as other:
         other.start_task("elsewhere")
     gate = client.post("/tasks/t1/gates", json={"exit_code": 1})
     assert int(gate.headers["X-Devs-Position"]) == event_count(db_path)
     keyed = {"Idempotency-Key": "k-1"}
     entropy = client.post("/tasks/t1/entropy", json={"score": 0.1}, headers=keyed)
     written = int(entropy.headers["X-Devs-Position"])
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as other:
+    with open_service(Settings(db=str(db_path))) as other:
         other.start_task("later")
     # the receipt is saved with the command's events: they end where it ends
     assert written == event_count(db_path) - 1

@@ -16,12 +16,12 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from devs.adapters.config import Settings, open_service
 from devs.adapters.http import create_app
-from devs.domain import RecoveryService
 from tests.helpers import event_count
 
 DB = Path(tempfile.mkdtemp(prefix="devs-schemathesis-")) / "state.sqlite"
-SERVICE = RecoveryService(env={"SQLITE_DBNAME": str(DB)})
+SERVICE = open_service(Settings(db=str(DB)))
 SERVICE.start_run("r1", {"t1": [], "t2": ["t1"]})
 SERVICE.start_task("t1", run_id="r1")
 SERVICE.record_gate("t1", 1, error="boom")

@@ -10,6 +10,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
+from devs.adapters.config import Settings, open_service
 from devs.adapters.http import create_app
 from devs.domain import RecoveryService
 from tests.integration.test_http_schema import CHECKS, schema
@@ -19,7 +20,7 @@ from tests.postgres import PostgresServer, create_database, drop_database
 @pytest.fixture(scope="module")
 def pg_service(pg_server: PostgresServer) -> Iterator[RecoveryService]:
     url = create_database(pg_server, "devs_schemathesis")
-    service = RecoveryService(env={"DEVS_DATABASE_URL": url})
+    service = open_service(Settings(database_url=url))
     service.start_run("r1", {"t1": [], "t2": ["t1"]})
     service.start_task("t1", run_id="r1")
     service.record_gate("t1", 1, error="boom")

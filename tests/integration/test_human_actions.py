@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import (
     AlreadyExists,
     IllegalTransition,
@@ -80,13 +81,13 @@ def test_skip_advances_the_run(service: RecoveryService) -> None:
     ],
 )
 def test_actions_illegal_from_running_write_nothing(
-    service: RecoveryService, db_path: Path, action: object
+    service: RecoveryService, action: object
 ) -> None:
     service.start_task("t1")
-    events = event_count(db_path)
+    events = event_count(service)
     with pytest.raises(IllegalTransition, match="RUNNING"):
         action(service)  # type: ignore[operator]
-    assert event_count(db_path) == events
+    assert event_count(service) == events
 
 
 def test_nothing_is_allowed_after_completion(service: RecoveryService) -> None:
@@ -113,14 +114,14 @@ def test_nothing_is_allowed_after_completion(service: RecoveryService) -> None:
     ],
 )
 def test_bad_actor_or_reason(
-    service: RecoveryService, db_path: Path, kwargs: dict[str, str], message: str
+    service: RecoveryService, kwargs: dict[str, str], message: str
 ) -> None:
     service.start_task("t1")
     escalate(service)
-    events = event_count(db_path)
+    events = event_count(service)
     with pytest.raises(InvalidInput, match=message):
         service.resume("t1", **kwargs)
-    assert event_count(db_path) == events
+    assert event_count(service) == events
 
 
 def test_history_replays_every_event_with_the_state_after_it(
@@ -145,7 +146,7 @@ def test_history_replays_every_event_with_the_state_after_it(
 
 def test_history_pages_read_only_their_page(db_path: Path) -> None:
     patient = Policy(escalation_threshold=1_000, handoff_threshold=1_000)
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}, policy=patient) as app:
+    with open_service(Settings(db=str(db_path)), policy=patient) as app:
         app.start_task("long")
         for i in range(449):
             app.record_gate("long", 1, error=f"e{i}")
@@ -194,9 +195,9 @@ def test_state_at_any_version(service: RecoveryService) -> None:
         service.state_at("t1", "2")  # type: ignore[arg-type]
 
 
-def test_unknown_ids(service: RecoveryService, db_path: Path) -> None:
+def test_unknown_ids(service: RecoveryService) -> None:
     service.start_task("t0")
-    events = event_count(db_path)
+    events = event_count(service)
     for call in (
         lambda: service.task("nope"),
         lambda: service.history("nope"),
@@ -212,33 +213,33 @@ def test_unknown_ids(service: RecoveryService, db_path: Path) -> None:
         service.run_state("r9")
     with pytest.raises(UnknownRun):
         service.start_task("t1", run_id="r9")
-    assert event_count(db_path) == events
+    assert event_count(service) == events
 
 
-def test_starting_twice_is_refused(service: RecoveryService, db_path: Path) -> None:
+def test_starting_twice_is_refused(service: RecoveryService) -> None:
     service.start_run("r1", {"t1": []})
     service.start_task("t1", run_id="r1")
-    events = event_count(db_path)
+    events = event_count(service)
     with pytest.raises(AlreadyExists, match="task 't1' was already started"):
         service.start_task("t1")
     with pytest.raises(AlreadyExists, match="run 'r1' was already started"):
         service.start_run("r1", {"x": []})
-    assert event_count(db_path) == events
+    assert event_count(service) == events
 
 
-def test_run_rules_write_nothing(service: RecoveryService, db_path: Path) -> None:
-    events = event_count(db_path)
+def test_run_rules_write_nothing(service: RecoveryService) -> None:
+    events = event_count(service)
     with pytest.raises(InvalidInput, match="cycle"):
         service.start_run("r1", {"a": ["b"], "b": ["a"]})
     with pytest.raises(InvalidInput, match="unknown prerequisite"):
         service.start_run("r1", {"a": ["ghost"]})
     service.start_run("r1", {"a": [], "b": ["a"]})
-    events = event_count(db_path)
+    events = event_count(service)
     with pytest.raises(IllegalTransition, match="not ready"):
         service.start_task("b", run_id="r1")
     with pytest.raises(InvalidInput, match="not a node of run"):
         service.start_task("zz", run_id="r1")
-    assert event_count(db_path) == events
+    assert event_count(service) == events
 
 
 @pytest.mark.parametrize(
@@ -260,13 +261,13 @@ def test_run_rules_write_nothing(service: RecoveryService, db_path: Path) -> Non
     ],
 )
 def test_bad_input_names_what_was_wrong(
-    service: RecoveryService, db_path: Path, call: object, message: str
+    service: RecoveryService, call: object, message: str
 ) -> None:
     service.start_task("t1")
-    events = event_count(db_path)
+    events = event_count(service)
     with pytest.raises(InvalidInput, match=message):
         call(service)  # type: ignore[operator]
-    assert event_count(db_path) == events
+    assert event_count(service) == events
 
 
 def test_tasks_index_by_state_and_run(service: RecoveryService) -> None:

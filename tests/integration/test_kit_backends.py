@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from devs.adapters.config import sqlite_path
 from devs.domain import Policy, RecoveryService
 from devs.testing import RecoveryMachine, memory_service, sqlite_service
 
@@ -38,7 +39,7 @@ def test_the_machine_s_default_service_is_in_memory(
 def test_sqlite_service_keeps_a_file() -> None:
     service = sqlite_service(Policy())
     service.start_task("t")
-    assert Path(service.db_path).is_file()
+    assert Path(sqlite_path(service)).is_file()
     service.close()
 
 

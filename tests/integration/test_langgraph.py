@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from langgraph.types import Command
 
 from devs.adapters.client import HttpRecoveryClient
+from devs.adapters.config import Settings, open_service
 from devs.adapters.http import create_app
 from devs.adapters.langgraph import Backend, Referee
 from devs.domain import InvalidInput, RecoveryService
@@ -324,14 +325,14 @@ def test_route_needs_a_referee_node_first() -> None:
 CRASH_SCRIPT = """
 import os, signal, sys
 from pathlib import Path
-from devs.domain import RecoveryService
+from devs.adapters.config import Settings, open_service
 from tests.langgraph_agent import (
     IDEAS, ScriptedModel, Turn, build, config, referee_for, saver
 )
 
 base = Path(sys.argv[1])
 crash_after = sys.argv[2]  # "record_gate:N", "begin_attempt:N" or "none"
-service = RecoveryService(env={"SQLITE_DBNAME": str(base / "devs.sqlite")})
+service = open_service(Settings(db=str(base / "devs.sqlite")))
 
 class Crashing:
     '''The service, killed right after its Nth call of one command returns:
@@ -394,9 +395,7 @@ def test_a_graph_killed_after_a_devs_command_resumes_without_a_duplicate(
     resumed = run("none")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert resumed.stdout.strip() == "end"
-    with RecoveryService(
-        env={"SQLITE_DBNAME": str(tmp_path / "devs.sqlite")}
-    ) as service:
+    with open_service(Settings(db=str(tmp_path / "devs.sqlite"))) as service:
         counts = events(service, "t1")
         assert service.task("t1").state == "COMPLETED"
     assert counts["AttemptBegan"] == 3, counts

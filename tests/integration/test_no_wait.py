@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from eventsourcing.persistence import ConnectionUnavailableError
 
+from devs.adapters.config import Settings, open_service
 from devs.adapters.persistence import NOTHING_RETURNED, SQLiteConnectionPool
-from devs.domain import NotCaughtUp, RecoveryService
+from devs.domain import NotCaughtUp
 from devs.domain.commands import NO_WAIT, WouldWait
 from tests.helpers import event_count
 
@@ -62,7 +63,7 @@ def write_locked(db: Path) -> Iterator[subprocess.Popen[str]]:
 
 
 def test_a_command_would_wait_for_another_process_s_lock(db_path: Path) -> None:
-    service = RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+    service = open_service(Settings(db=str(db_path)))
     service.start_task("t")
     before = event_count(db_path)
     with write_locked(db_path):
@@ -77,7 +78,7 @@ def test_a_command_would_wait_for_another_process_s_lock(db_path: Path) -> None:
 
 
 def test_a_command_outside_waits_for_the_lock_and_succeeds(db_path: Path) -> None:
-    service = RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+    service = open_service(Settings(db=str(db_path)))
     service.start_task("t")
     answers: list[bool] = []
     with write_locked(db_path):
@@ -96,8 +97,8 @@ def test_a_command_outside_waits_for_the_lock_and_succeeds(db_path: Path) -> Non
 
 
 def test_a_lost_race_would_wait_for_its_back_off(db_path: Path) -> None:
-    first = RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
-    second = RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+    first = open_service(Settings(db=str(db_path)))
+    second = open_service(Settings(db=str(db_path)))
     first.start_task("t")
     first.begin_attempt("t", "cached here")  # the task is in first's cache
     second.begin_attempt("t", "written by another process")
@@ -114,7 +115,7 @@ def test_a_lost_race_would_wait_for_its_back_off(db_path: Path) -> None:
 def test_the_process_s_writer_connection_is_had_at_once_or_not_at_all(
     db_path: Path,
 ) -> None:
-    service = RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+    service = open_service(Settings(db=str(db_path)))
     service.start_task("t")
     pool = service.factory.datastore.pool  # type: ignore[attr-defined]
     assert isinstance(pool, SQLiteConnectionPool)
@@ -130,7 +131,7 @@ def test_the_process_s_writer_connection_is_had_at_once_or_not_at_all(
 
 
 def test_the_busy_wait_is_off_under_no_wait_and_back_on_after(db_path: Path) -> None:
-    service = RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+    service = open_service(Settings(db=str(db_path)))
     service.start_task("t")
     pool = service.factory.datastore.pool  # type: ignore[attr-defined]
     assert isinstance(pool, SQLiteConnectionPool)
@@ -176,7 +177,7 @@ def test_eventsourcing_s_pool_says_when_it_took_the_writer_lock_in_vain(
 
 
 def test_a_task_another_thread_decides_on_would_wait(db_path: Path) -> None:
-    service = RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+    service = open_service(Settings(db=str(db_path)))
     service.start_task("t")
     lock = service._locks.task("t")
     lock.acquire()  # another thread is deciding on it
@@ -198,8 +199,8 @@ def test_a_query_whose_read_models_lag_waits_for_the_lock_at_most_the_read_wait(
     write lock. While another process holds it, a query tries again for at
     most DEVS_READ_WAIT, then says so (504 over HTTP) — not the lock timeout
     (30 s) of each of many tries."""
-    reader = RecoveryService(env={"SQLITE_DBNAME": str(db_path), "DEVS_READ_WAIT": "1"})
-    writer = RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+    reader = open_service(Settings(db=str(db_path), read_wait=1))
+    writer = open_service(Settings(db=str(db_path)))
     writer.start_task("t")  # the reader's read models lack it
     with write_locked(db_path):
         started = time.monotonic()

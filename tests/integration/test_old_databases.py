@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
+from devs.adapters.config import Settings, open_service, sqlite_path
 from devs.domain import RecoveryService
 from devs.domain.chart import TaskState
 from devs.domain.run import RunStatus
@@ -28,7 +29,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 def old(tmp_path: Path) -> Any:
     db = tmp_path / "old.sqlite"
     shutil.copy(FIXTURES / "v0.1.0.sqlite", db)
-    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as app:
+    with open_service(Settings(db=str(db))) as app:
         yield app
 
 
@@ -57,7 +58,7 @@ def test_queries_give_the_answers_0_1_0_gave(
 
 def test_old_document_tables_give_way_to_typed_ones(old: RecoveryService) -> None:
     old.catch_up()
-    with sqlite3.connect(old.db_path) as connection:
+    with sqlite3.connect(sqlite_path(old)) as connection:
         tables = {
             row[0]
             for row in connection.execute(

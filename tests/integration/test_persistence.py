@@ -19,6 +19,7 @@ from eventsourcing.persistence import DatabaseError
 from eventsourcing.tests import persistence as contract
 from pydantic import BaseModel
 
+from devs.adapters.config import Settings, open_service, sqlite_path
 from devs.adapters.persistence import (
     ApplicationRecorder,
     OrjsonTranscoder,
@@ -130,7 +131,7 @@ def test_events_are_written_as_orjson_writes_their_json_dump(db_path: Path) -> N
     orjson makes of its JSON-mode dump, for every kind of event and snapshot."""
     interval = RecoveryService.snapshotting_intervals[Task]
     policy = Policy(escalation_threshold=2, handoff_threshold=3)
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}, policy=policy) as app:
+    with open_service(Settings(db=str(db_path)), policy=policy) as app:
         app.start_run("r", {"a": [], "b": ["a"]})
         app.start_task("a", run_id="r", agent="coder", last_commit="c0ffee")
         app.log_lesson("a", "regex", 'no: é \u2028 \x01 \t \\ " 🙂')
@@ -175,9 +176,7 @@ def test_snapshots_are_taken_and_used(service: RecoveryService, db_path: Path) -
             )
         ]
     assert versions == [interval, 2 * interval]
-    fresh = RecoveryService(
-        env={"SQLITE_DBNAME": str(db_path), "AGGREGATE_CACHE_MAXSIZE": ""}
-    )
+    fresh = open_service(Settings(db=str(db_path)), env={"AGGREGATE_CACHE_MAXSIZE": ""})
     try:
         task: Task = fresh.repository.get("task:t1")
         assert task.version == 2 * interval + 21
@@ -206,9 +205,7 @@ def test_only_the_latest_two_snapshots_are_kept(
         ("task:t1", 5 * interval),
         ("task:t2", interval),
     ]
-    fresh = RecoveryService(
-        env={"SQLITE_DBNAME": str(db_path), "AGGREGATE_CACHE_MAXSIZE": ""}
-    )
+    fresh = open_service(Settings(db=str(db_path)), env={"AGGREGATE_CACHE_MAXSIZE": ""})
     try:
         assert fresh.task("t1").version == 5 * interval + 1
         assert fresh.task("t1") == service.task("t1")
@@ -226,7 +223,7 @@ def test_default_database_is_devs_state_sqlite_in_the_working_directory(
     monkeypatch.delenv("DEVS_DB", raising=False)
     with RecoveryService() as app:
         app.start_task("t1")
-        assert app.db_path == "devs_state.sqlite"
+        assert sqlite_path(app) == "devs_state.sqlite"
     assert (tmp_path / "devs_state.sqlite").exists()
     monkeypatch.setenv("DEVS_DB", str(tmp_path / "other.sqlite"))
     with RecoveryService() as app:
@@ -314,7 +311,7 @@ def test_snapshots_equal_a_replay_of_the_log(
 
     monkeypatch.setattr(RecoveryService, "snapshotting_intervals", {Task: 3, Run: 3})
     monkeypatch.setattr(SnapshotRecorder, "KEEP", 1000)  # keep every one to check
-    app = RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+    app = open_service(Settings(db=str(db_path)))
     try:
         app.start_run("r1", {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]})
         app.start_task("a", run_id="r1")
@@ -372,7 +369,7 @@ def test_a_lock_met_while_opening_is_waited_out(
         return original(pool)
 
     monkeypatch.setattr(es_sqlite.SQLiteConnectionPool, "_create_connection", contended)
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as app:
+    with open_service(Settings(db=str(db_path))) as app:
         app.start_task("t1")
     assert refusals == []
 
@@ -385,15 +382,13 @@ def test_a_lock_held_past_the_timeout_is_a_store_error(
 
     monkeypatch.setattr(es_sqlite.SQLiteConnectionPool, "_create_connection", locked)
     with pytest.raises(StoreError, match="stayed locked by another process"):
-        RecoveryService(env={"SQLITE_DBNAME": str(db_path), "SQLITE_LOCK_TIMEOUT": "1"})
+        open_service(Settings(db=str(db_path)), env={"SQLITE_LOCK_TIMEOUT": "1"})
 
 
 def test_a_connection_that_cannot_be_made_gives_back_the_writer_lock(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = RecoveryService(
-        env={"SQLITE_DBNAME": str(db_path), "SQLITE_LOCK_TIMEOUT": "1"}
-    )
+    app = open_service(Settings(db=str(db_path)), env={"SQLITE_LOCK_TIMEOUT": "1"})
     app.start_task("a")
     pool = app.factory.datastore.pool  # type: ignore[attr-defined]
     for connection in list(pool._pool):  # the next write needs a new connection

@@ -25,8 +25,8 @@ from eventsourcing.tests.persistence import (
 from eventsourcing.utils import Environment
 from psycopg.sql import SQL, Identifier
 
+from devs.adapters.config import postgres_env
 from devs.adapters.postgres import PostgresApplicationRecorder, PostgresFactory
-from devs.domain.database import postgres_env
 from devs.projections.postgres import PostgresViews
 from tests.helpers import wait_until
 

@@ -11,6 +11,7 @@ from eventsourcing.persistence import Tracking
 from eventsourcing.sqlite import SQLiteDatastore
 from eventsourcing.tests import persistence as contract
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import InvalidInput, Policy, RecoveryService
 from devs.domain.chart import TaskState
 from devs.projections.registry import SQLITE
@@ -108,7 +109,7 @@ def test_another_process_writes_are_seen(
 ) -> None:
     service.start_task("t1")
     assert service.failure_report("t1").failure_count == 0
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as other:
+    with open_service(Settings(db=str(db_path))) as other:
         other.record_gate("t1", 1, error="from elsewhere")
         other.catch_up()
     report = service.failure_report("t1")
@@ -182,7 +183,7 @@ def test_a_schema_never_tracked_is_rebuilt_from_the_log(
         connection.execute(
             "DELETE FROM tracking WHERE application_name = 'RecoveryService/tasks.v2'"
         )
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as reopened:
+    with open_service(Settings(db=str(db_path))) as reopened:
         states = {t.task_id: t.state for t in reopened.tasks()}
     assert states == {"t1": "HAND_OFF", "t3": "SKIPPED"}
     with sqlite3.connect(db_path) as connection:
@@ -216,8 +217,8 @@ def test_two_catch_ups_of_one_view_fold_each_event_once(db_path: Path) -> None:
     policy = Policy(escalation_threshold=1, handoff_threshold=10)
     env = {"SQLITE_DBNAME": str(db_path)}
     with (
-        RecoveryService(env=env, policy=policy) as a,
-        RecoveryService(env=env, policy=policy) as b,
+        open_service(env=env, policy=policy) as a,
+        open_service(env=env, policy=policy) as b,
     ):
         a.catch_up()
         b.catch_up()
@@ -248,7 +249,7 @@ def test_lessons_read_during_another_process_rebuild_are_not_kept(
 ) -> None:
     env = {"SQLITE_DBNAME": str(db_path)}
     strategy = "patch the tokenizer with a regex"
-    with RecoveryService(env=env) as x, RecoveryService(env=env) as y:
+    with open_service(env=env) as x, open_service(env=env) as y:
         x.start_task("t")
         x.log_lesson("t", strategy, "broke unicode")
         x.catch_up()

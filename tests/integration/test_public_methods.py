@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from devs.adapters.config import open_service
 from devs.domain import DevsError, InvalidInput, Policy, RecoveryService
 
 VALID: dict[str, object] = {
@@ -231,5 +232,5 @@ def test_the_constructor_refuses_wrong_arguments(
         RecoveryService(**{"env": env, **arguments})
     assert refused.value.field == field
     assert list(tmp_path.iterdir()) == []  # nothing opened, nothing written
-    with RecoveryService(env=env, policy=Policy()) as service:  # and the right ones
+    with open_service(env=env, policy=Policy()) as service:  # and the right ones
         assert service.catch_up() == 0

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from devs.adapters import persistence
+from devs.adapters.config import Settings, open_service
 from devs.domain import RecoveryService, StoreError
 from devs.projections.sqlite import SQLiteReadModels
 from tests.helpers import event_count, table_rows
@@ -23,7 +24,7 @@ DEVS = str(Path(sys.executable).with_name("devs"))
 @pytest.fixture
 def written(db_path: Path) -> Path:
     """A file with some history whose read models have not all caught up."""
-    with RecoveryService(env={"SQLITE_DBNAME": str(db_path)}) as app:
+    with open_service(Settings(db=str(db_path))) as app:
         drive(app)
         app.catch_up()
         app.start_task("late")  # recorded after the last catch-up
@@ -43,7 +44,7 @@ def unwritable(
         return real_access(path, mode)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "access", access)
-    app = RecoveryService(env={"SQLITE_DBNAME": str(written)})
+    app = open_service(Settings(db=str(written)))
     yield app
     app.close()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from devs.adapters.client import HttpRecoveryClient
 from devs.adapters.http import create_app
 from devs.domain import InvalidInput, NotCaughtUp, RecoveryService
 from tests.conftest import MakeService
@@ -85,3 +86,30 @@ def test_over_http_after_n_answers_at_n_while_others_write_on(
         assert late.status_code == 504, late.text
         assert late.json()["error"] == "not_caught_up"
         assert f"did not reach position {end + 100}" in late.json()["detail"]
+
+
+def test_the_http_client_waits_for_a_position_and_reads_at_it(
+    make_service: MakeService,
+) -> None:
+    reader, folded, end = lagging(make_service)
+    with TestClient(create_app(reader, read_wait=0.5)) as http:
+        client = HttpRecoveryClient(http)
+        assert client.wait_for(folded) >= folded
+        with client.reading_after(folded):
+            assert [entry.task_id for entry in client.tasks()] == ["t1"]
+        with pytest.raises(NotCaughtUp) as raised:
+            client.wait_for(end + 100, timeout=0.2)
+        assert f"did not reach position {end + 100} within 0.2 s" in str(raised.value)
+        with pytest.raises(NotCaughtUp), client.reading_after(end + 100):
+            client.tasks()
+        for position in (-1, 1.5, True):
+            with (
+                pytest.raises(InvalidInput) as refused,
+                client.reading_after(position),  # type: ignore[arg-type]
+            ):
+                pass
+            assert refused.value.field == "position"
+        for query in ("after=-1", "after=x", "timeout=0", "timeout=nan", "timeout=301"):
+            answer = http.get(f"/position?{query}")
+            assert answer.status_code == 422, answer.text
+            assert answer.json()["field"] == query.split("=")[0]

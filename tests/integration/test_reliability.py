@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from eventsourcing.persistence import IntegrityError
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import (
     Conflict,
     DevsError,
@@ -88,7 +89,7 @@ def test_kill_9_under_load_loses_no_acknowledged_decision(tmp_path: Path) -> Non
         lines = [line for line in out.splitlines() if line.strip().isdigit()]
         acknowledged[name] = int(lines[-1]) if lines else 0
     assert sum(acknowledged.values()) > 0
-    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as app:
+    with open_service(Settings(db=str(db))) as app:
         for name, count in acknowledged.items():
             # Acknowledged ones are all there; one more may have committed
             # between the commit and the print.
@@ -109,7 +110,7 @@ def test_writers_on_one_task_are_counted_exactly(tmp_path: Path) -> None:
     """N processes report failures on one task: each acknowledged failure is
     counted once, and a caller meets nothing but DevsError subclasses."""
     db = tmp_path / "devs.sqlite"
-    with RecoveryService(env={"SQLITE_DBNAME": str(db)}, policy=PATIENT) as app:
+    with open_service(Settings(db=str(db)), policy=PATIENT) as app:
         app.start_task("shared")
     writer = f"""
         import json
@@ -137,7 +138,7 @@ def test_writers_on_one_task_are_counted_exactly(tmp_path: Path) -> None:
     done = sum(result["done"] for result in results)
     refused = [name for result in results for name in result["refused"]]
     assert set(refused) <= {"Conflict"}
-    with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as app:
+    with open_service(Settings(db=str(db))) as app:
         assert app.task("shared").consecutive_failures == done
         assert app.failure_report("shared").failure_count == done
     print(f"4 writers on one task: {done} counted, {len(refused)} conflicts")
@@ -146,11 +147,11 @@ def test_writers_on_one_task_are_counted_exactly(tmp_path: Path) -> None:
 def test_many_processes_open_a_new_database_at_once(tmp_path: Path) -> None:
     opener = """
         import sys, time
-        from devs.domain import RecoveryService
+        from devs.adapters.config import Settings, open_service
         path, start, me = sys.argv[1], float(sys.argv[2]), sys.argv[3]
         while time.time() < start:
             pass
-        app = RecoveryService(env={"SQLITE_DBNAME": path})
+        app = open_service(Settings(db=path))
         app.start_task(me)
         app.catch_up()
         app.close()
@@ -169,7 +170,7 @@ def test_many_processes_open_a_new_database_at_once(tmp_path: Path) -> None:
         for proc in procs:
             _, errors = proc.communicate(timeout=120)
             assert proc.returncode == 0, errors
-        with RecoveryService(env={"SQLITE_DBNAME": str(db)}) as app:
+        with open_service(Settings(db=str(db))) as app:
             assert len(app.tasks()) == 6
     print("6 processes opening a new database at once, 5 times: 0 failures")
 
@@ -177,7 +178,7 @@ def test_many_processes_open_a_new_database_at_once(tmp_path: Path) -> None:
 def test_a_command_that_loses_every_race_raises_conflict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "devs.sqlite")})
+    app = open_service(Settings(db=str(tmp_path / "devs.sqlite")))
     app.start_task("t1")
 
     def always_behind(*aggregates: object) -> None:
@@ -200,5 +201,5 @@ def test_a_damaged_database_raises_store_error(tmp_path: Path, content: bytes) -
     db = tmp_path / "damaged.sqlite"
     db.write_bytes(content)
     with pytest.raises(StoreError, match="damaged or not a devs-recovery database"):
-        RecoveryService(env={"SQLITE_DBNAME": str(db)})
+        open_service(Settings(db=str(db)))
     assert db.read_bytes() == content

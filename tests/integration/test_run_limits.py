@@ -76,11 +76,11 @@ def stored_run_events(db_path: Path) -> list[tuple[str, bytes]]:
     ids=["nodes", "edges", "id bytes"],
 )
 def test_a_dag_over_a_limit_is_refused_naming_it_and_writes_nothing(
-    service: RecoveryService, db_path: Path, dag: Callable[[], Dag], message: str
+    service: RecoveryService, dag: Callable[[], Dag], message: str
 ) -> None:
     with pytest.raises(InvalidInput, match=message):
         service.start_run("r1", dag())
-    assert event_count(db_path) == 0
+    assert event_count(service) == 0
     with pytest.raises(UnknownRun):
         service.run_state("r1")
 
@@ -106,11 +106,11 @@ def test_a_dag_over_a_limit_is_refused_naming_it_and_writes_nothing(
     ],
 )
 def test_bad_nodes_are_refused_saying_what_is_wrong(
-    service: RecoveryService, db_path: Path, dag: Dag, message: str
+    service: RecoveryService, dag: Dag, message: str
 ) -> None:
     with pytest.raises(InvalidInput, match=f"^{message}$"):
         service.start_run("r1", dag)
-    assert event_count(db_path) == 0
+    assert event_count(service) == 0
 
 
 @pytest.mark.parametrize("shape", ["chain", "fan-in"])

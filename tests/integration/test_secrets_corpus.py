@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import InvalidInput, Policy, RecoveryService
 from tests.corpus import ORDINARY, SECRETS, hostile, runner_output
 from tests.helpers import event_count
@@ -21,7 +22,7 @@ from tests.helpers import event_count
 
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[RecoveryService]:
-    service = RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "devs.sqlite")})
+    service = open_service(Settings(db=str(tmp_path / "devs.sqlite")))
     service.policy = Policy(escalation_threshold=3, handoff_threshold=5)
     yield service
     service.close()

@@ -10,6 +10,7 @@ import orjson
 import pytest
 from eventsourcing.utils import register_topic
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import RecoveryService, StoreError, UnreadableEvent
 from devs.domain.chain import body_hash
 from devs.domain.task import Task
@@ -45,7 +46,7 @@ def sqlite_models(app: RecoveryService) -> SQLiteReadModels:
 
 
 def reopen(db_path: Path) -> RecoveryService:
-    return RecoveryService(env={"SQLITE_DBNAME": str(db_path)})
+    return open_service(Settings(db=str(db_path)))
 
 
 def test_an_intact_store_verifies(service: RecoveryService) -> None:

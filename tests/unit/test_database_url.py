@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from devs.adapters.config import postgres_env
 from devs.domain import InvalidInput
-from devs.domain.database import postgres_env
 
 
 def test_a_tcp_url() -> None:

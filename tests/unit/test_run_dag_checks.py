@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import WrapValidator
 
-from devs.domain import RecoveryService
+from devs.adapters.config import MEMORY, Settings, open_service
 from devs.domain.errors import InvalidInput
 from devs.domain.run import MAX_RUN_NODES
 from devs.domain.values import ID_MAX, Dag, validated
@@ -176,9 +176,7 @@ def largest_with(bad: str) -> dict[str, list[str]]:
     return dag
 
 
-def test_a_credential_deep_in_a_large_dag_is_refused_by_name(
-    tmp_path: Any,
-) -> None:
+def test_a_credential_deep_in_a_large_dag_is_refused_by_name() -> None:
     dag = largest_with(GITHUB_TOKEN)
     last = next(reversed(dag))
     message = (
@@ -186,7 +184,7 @@ def test_a_credential_deep_in_a_large_dag_is_refused_by_name(
         "(ghp_, gho_, ghu_, ghs_, ghr_)); ids are stored as given, so it is refused"
     )
     assert same(dag) == ("refused", message)
-    with RecoveryService(env={"SQLITE_DBNAME": str(tmp_path / "s.sqlite")}) as app:
+    with open_service(Settings(db=MEMORY, database_url=None)) as app:
         with pytest.raises(InvalidInput) as caught:
             app.start_run("r", dag)
         assert str(caught.value) == message

@@ -1,0 +1,434 @@
+"""Where the service's configuration lives: its settings, the choice of
+backend, and the assembly of a :class:`~devs.domain.RecoveryService`.
+
+Every entry point opens its service here: the ``devs`` command line, each
+worker and the projector of ``devs serve``, the HTTP app, ``devs.testing``,
+the examples, the benchmarks and the tests. The domain names no database, no
+URL and no file; this module does.
+
+- :class:`Settings` (pydantic-settings) reads ``DEVS_DB``,
+  ``DEVS_DATABASE_URL``, ``DEVS_READ_WAIT``, ``DEVS_PROJECTIONS``,
+  ``DEVS_API_TOKEN`` and ``DEVS_WORKER_NICENESS`` from the environment (or
+  from a mapping, :meth:`Settings.from_environ`), each validated once: a bad
+  value is ``InvalidInput`` naming the variable, never its secret.
+- :func:`open_service` opens a service from settings (default: the
+  environment's), optionally on another backend or with eventsourcing
+  settings of its own.
+- :func:`assemble` turns a service's env into eventsourcing's: which
+  persistence module, which SQLite file or PostgreSQL database, which read
+  models, the mapper and transcoder. ``RecoveryService()`` constructed
+  directly reaches it through the ``devs.assembly`` entry point (see
+  docs/architecture.md), so both ways open the same service.
+
+The backends: a SQLite file (``DEVS_DB``, default ``./devs_state.sqlite``),
+a SQLite database in this process's memory (``DEVS_DB=:memory:``, or
+:func:`memory_env` to share one between services), or PostgreSQL
+(``DEVS_DATABASE_URL``, a libpq URL).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from contextvars import ContextVar
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from pydantic import SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from devs.domain.errors import InvalidInput
+from devs.domain.policy import EnvironSource, Policy
+from devs.domain.ports import (
+    DEFAULT_READ_WAIT,
+    PROJECTIONS_KEY,
+    READ_MODELS_TOPIC,
+    READ_WAIT_KEY,
+)
+
+if TYPE_CHECKING:
+    from devs.domain.application import RecoveryService
+
+DB_ENV = "DEVS_DB"
+DEFAULT_DB = "devs_state.sqlite"
+DATABASE_URL_ENV = "DEVS_DATABASE_URL"
+READ_WAIT_ENV = READ_WAIT_KEY
+PROJECTIONS_ENV = PROJECTIONS_KEY
+TOKEN_ENV = "DEVS_API_TOKEN"
+NICENESS_ENV = "DEVS_WORKER_NICENESS"
+DEFAULT_NICENESS = 5
+MAX_NICENESS = 19
+MEMORY = ":memory:"
+"""``DEVS_DB=:memory:``: a fresh database in this process's memory."""
+
+SQLITE_FACTORY = "devs.adapters.persistence:SQLiteFactory"
+POSTGRES_FACTORY = "devs.adapters.postgres:PostgresFactory"
+"""eventsourcing's PostgreSQL factory, its tables created one process at a time."""
+POSTGRES_MODULES = (
+    POSTGRES_FACTORY,
+    "eventsourcing.postgres",
+    "eventsourcing.postgres:PostgresFactory",
+)
+SQLITE_READ_MODELS = "devs.projections.sqlite:SQLiteReadModels"
+POSTGRES_READ_MODELS = "devs.projections.postgres:PostgresReadModels"
+CODEC = {
+    "MAPPER_TOPIC": "devs.adapters.persistence:PydanticMapper",
+    "TRANSCODER_TOPIC": "devs.adapters.persistence:OrjsonTranscoder",
+}
+SQLITE_DEFAULTS = {"SQLITE_LOCK_TIMEOUT": "30"}
+POSTGRES_DEFAULTS = {"POSTGRES_POOL_SIZE": "2", "POSTGRES_MAX_OVERFLOW": "8"}
+"""Connections per process: eventsourcing opens its pool's size up front."""
+
+
+class Backend(StrEnum):
+    """Where the log and the read models are kept."""
+
+    SQLITE = "sqlite"  # a SQLite file
+    MEMORY = "memory"  # a SQLite database in this process's memory
+    POSTGRES = "postgres"  # a PostgreSQL database
+
+
+class Projections(StrEnum):
+    """``DEVS_PROJECTIONS``: who folds the PostgreSQL read models."""
+
+    RUNNER = "runner"  # a projection runner thread in each process
+    EXTERNAL = "external"  # other processes (``devs project``)
+
+
+# The mapping Settings.from_environ() is reading (settings_customise_sources,
+# a classmethod called from __init__, has no other way to receive it).
+_environ: ContextVar[Mapping[str, str] | None] = ContextVar(
+    "devs_settings_environ", default=None
+)
+
+
+class Settings(BaseSettings):
+    """The service's settings: ``Settings()`` reads ``os.environ``,
+    ``Settings.from_environ(mapping)`` a mapping, ``Settings(db=...)`` takes
+    values in code (those win over the environment). Invalid values are
+    ``InvalidInput`` with ``field`` the variable's name."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DEVS_", case_sensitive=True, frozen=True
+    )
+
+    db: str = DEFAULT_DB
+    """``DEVS_DB``: the SQLite file, or ``:memory:``."""
+    database_url: SecretStr | None = None
+    """``DEVS_DATABASE_URL``: a libpq URL; PostgreSQL instead of SQLite."""
+    read_wait: float = DEFAULT_READ_WAIT
+    """``DEVS_READ_WAIT``: how long a query waits for the read models, in
+    seconds in (0, 300]."""
+    projections: Projections = Projections.RUNNER
+    """``DEVS_PROJECTIONS``: on PostgreSQL, who folds the read models."""
+    api_token: SecretStr | None = None
+    """``DEVS_API_TOKEN``: the bearer token the HTTP service asks for."""
+    worker_niceness: int = DEFAULT_NICENESS
+    """``DEVS_WORKER_NICENESS``: how much nicer than the projector the
+    workers of ``devs serve`` run on PostgreSQL, in [0, 19]."""
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise _invalid(error) from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Values in code, then the environment (exactly DEVS_<FIELD>, read with
+        # the mapping's get: eventsourcing's Environment tries its
+        # application-prefixed name first). No .env or secrets files.
+        return (init_settings, EnvironSource(settings_cls, _environ.get()))
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Self:
+        """The settings from ``environ`` (default: ``os.environ``)."""
+        token = _environ.set(environ)
+        try:
+            return cls()
+        finally:
+            _environ.reset(token)
+
+    @field_validator("db", mode="before")
+    @classmethod
+    def _db(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return DEFAULT_DB  # unset and empty alike: the default file
+        if isinstance(value, Path):
+            value = str(value)
+        if isinstance(value, str) and ("\x00" in value or not value.isprintable()):
+            msg = f"{DB_ENV} must be a file path without control characters"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _url(cls, value: Any) -> Any:
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None  # unset and empty alike: SQLite
+        if isinstance(value, str):
+            postgres_env(value.strip())  # refused here, naming what is wrong
+            return value.strip()
+        return value
+
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _token(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("read_wait", mode="before")
+    @classmethod
+    def _read_wait(cls, value: Any) -> Any:
+        if value is None or value == "":
+            return DEFAULT_READ_WAIT
+        try:
+            wait = float(value)
+        except (TypeError, ValueError):
+            wait = -1.0
+        if not 0 < wait <= 300:  # NaN too
+            msg = (
+                f"{READ_WAIT_ENV} must be a number of seconds in (0, 300], "
+                f"got {_shown(value)}"
+            )
+            raise ValueError(msg)
+        return wait
+
+    @field_validator("projections", mode="before")
+    @classmethod
+    def _projections(cls, value: Any) -> Any:
+        if value is None or value == "":
+            return Projections.RUNNER
+        text = value.strip() if isinstance(value, str) else value
+        if text not in set(Projections):
+            shown = _shown(value)
+            msg = f"{PROJECTIONS_ENV} must be one of runner, external, got {shown}"
+            raise ValueError(msg)
+        return text
+
+    @field_validator("worker_niceness", mode="before")
+    @classmethod
+    def _niceness(cls, value: Any) -> Any:
+        if value is None or value == "":
+            return DEFAULT_NICENESS
+        text = value.strip() if isinstance(value, str) else str(value)
+        if (
+            isinstance(value, str | int)
+            and not isinstance(value, bool)
+            and text.isascii()
+            and text.isdigit()
+            and int(text) <= MAX_NICENESS
+        ):
+            return int(text)
+        msg = (
+            f"{NICENESS_ENV} must be an integer from 0 to {MAX_NICENESS}, "
+            f"got {_shown(value)}"
+        )
+        raise ValueError(msg)
+
+    @property
+    def backend(self) -> Backend:
+        """Which backend these settings open."""
+        if self.database_url is not None:
+            return Backend.POSTGRES
+        if _in_memory(self.db):
+            return Backend.MEMORY
+        return Backend.SQLITE
+
+    @property
+    def where(self) -> str:
+        """The store in words, for an error message (never a password)."""
+        if self.backend is Backend.POSTGRES:
+            return f"the PostgreSQL database of {DATABASE_URL_ENV}"
+        if self.backend is Backend.MEMORY:
+            return "the in-memory database"
+        return f"the database {self.db!r}"
+
+    def environ(self) -> dict[str, str]:
+        """These settings as the service's env variables (what
+        :func:`assemble` reads back)."""
+        url = self.database_url
+        return {
+            DB_ENV: self.db,
+            DATABASE_URL_ENV: url.get_secret_value() if url is not None else "",
+            READ_WAIT_ENV: repr(self.read_wait),
+            PROJECTIONS_ENV: str(self.projections),
+        }
+
+
+def _invalid(error: ValidationError) -> InvalidInput:
+    """The first of pydantic's errors as ``InvalidInput`` naming the variable."""
+    first = error.errors()[0]
+    name = str(first["loc"][0]) if first["loc"] else ""
+    variable = f"DEVS_{name.upper()}"
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, ValueError):
+        return InvalidInput(str(cause), field=variable)
+    return InvalidInput(f"{variable} is not valid: {first['msg']}", field=variable)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else f"<{type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _in_memory(db: str) -> bool:
+    return db == MEMORY or "mode=memory" in db
+
+
+def memory_env() -> dict[str, str]:
+    """The ``env`` of a fresh in-memory store that several services of this
+    process may share: eventsourcing's SQLite recorders and the same read
+    models (the same SQL) in a database of this process alone, named once
+    (``file:devs-<uuid>?mode=memory&cache=shared``: every connection of a
+    service's pool opens the same database, where a bare ``:memory:`` would
+    give each its own), gone with the last service open on it. It never
+    follows ``DEVS_DATABASE_URL`` from the environment."""
+    return {DB_ENV: _memory_name(), DATABASE_URL_ENV: ""}
+
+
+def _memory_name() -> str:
+    return f"file:devs-{uuid.uuid4().hex}?mode=memory&cache=shared"
+
+
+def postgres_env(url: str) -> dict[str, str]:
+    """eventsourcing's PostgreSQL settings for the libpq URL ``url``.
+
+    ``InvalidInput`` (field ``DEVS_DATABASE_URL``) names what is wrong; the
+    URL's password is never repeated.
+    """
+    try:
+        parts = urlsplit(url)
+        port_in_url = parts.port
+    except ValueError as error:
+        reason = str(error).split(":", 1)[0]  # never the URL, nor its password
+        msg = f"{DATABASE_URL_ENV} is not a URL libpq reads ({reason})"
+        raise InvalidInput(msg, field=DATABASE_URL_ENV) from None
+    if parts.scheme not in ("postgresql", "postgres"):
+        msg = (
+            f"{DATABASE_URL_ENV} must start with postgresql://, "
+            f"got a {parts.scheme or 'schemeless'!r} URL"
+        )
+        raise InvalidInput(msg, field=DATABASE_URL_ENV)
+    query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
+    settings = {
+        "host": query.get("host") or unquote(parts.hostname or ""),
+        "port": query.get("port") or str(port_in_url or 5432),
+        "user": query.get("user") or unquote(parts.username or ""),
+        "password": query.get("password") or unquote(parts.password or ""),
+        "dbname": query.get("dbname") or unquote(parts.path.lstrip("/")),
+    }
+    missing = [name for name in ("host", "user", "dbname") if not settings[name]]
+    if missing:
+        msg = (
+            f"{DATABASE_URL_ENV} names no {' and no '.join(missing)} "
+            "(postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME, or "
+            "postgresql://USER@/DBNAME?host=/socket/dir)"
+        )
+        raise InvalidInput(msg, field=DATABASE_URL_ENV)
+    if not settings["port"].isdigit() or not 0 < int(settings["port"]) < 65536:
+        msg = f"{DATABASE_URL_ENV} has a port out of range [1, 65535]"
+        raise InvalidInput(msg, field=DATABASE_URL_ENV)
+    return {
+        "PERSISTENCE_MODULE": POSTGRES_FACTORY,
+        "POSTGRES_DBNAME": settings["dbname"],
+        "POSTGRES_HOST": settings["host"],
+        "POSTGRES_PORT": settings["port"],
+        "POSTGRES_USER": settings["user"],
+        "POSTGRES_PASSWORD": settings["password"],
+    }
+
+
+def assemble(environ: Mapping[str, str]) -> dict[str, str]:
+    """eventsourcing's settings for a service whose env is ``environ``: the
+    ``devs.assembly`` entry point, which ``RecoveryService`` calls with its
+    env (its class's, ``os.environ`` and the ``env`` given, merged).
+
+    ``DEVS_DATABASE_URL`` selects PostgreSQL; eventsourcing's own
+    ``PERSISTENCE_MODULE=eventsourcing.postgres`` with ``POSTGRES_*`` does
+    too. Otherwise SQLite: ``SQLITE_DBNAME`` when given, else ``DEVS_DB``
+    (``:memory:``: a fresh in-memory database). eventsourcing settings the
+    env gives (``READ_MODELS_TOPIC``, ``SQLITE_LOCK_TIMEOUT``,
+    ``POSTGRES_POOL_SIZE``, …) are kept.
+    """
+    settings = Settings.from_environ(environ)
+
+    def given(key: str) -> str | None:
+        return environ.get(key) or None
+
+    module = given("PERSISTENCE_MODULE")
+    store: dict[str, str]
+    if settings.database_url is not None:
+        backend = Backend.POSTGRES
+        store = postgres_env(settings.database_url.get_secret_value())
+    elif module in POSTGRES_MODULES:
+        backend = Backend.POSTGRES
+        store = {"PERSISTENCE_MODULE": POSTGRES_FACTORY}
+    elif module is not None and module != SQLITE_FACTORY:
+        backend = Backend.SQLITE  # the caller's own store: the read models say
+        store = {}
+    else:
+        backend = Backend.SQLITE
+        name = given("SQLITE_DBNAME") or settings.db
+        store = {
+            "PERSISTENCE_MODULE": SQLITE_FACTORY,
+            "SQLITE_DBNAME": _memory_name() if name == MEMORY else name,
+        }
+    if backend is Backend.POSTGRES:
+        defaults = {READ_MODELS_TOPIC: POSTGRES_READ_MODELS, **POSTGRES_DEFAULTS}
+    else:
+        defaults = {READ_MODELS_TOPIC: SQLITE_READ_MODELS, **SQLITE_DEFAULTS}
+    assembled = {key: given(key) or value for key, value in defaults.items()}
+    assembled.update({key: given(key) or value for key, value in CODEC.items()})
+    assembled.update(store)
+    assembled[READ_WAIT_ENV] = repr(settings.read_wait)
+    assembled[PROJECTIONS_ENV] = str(settings.projections)
+    return assembled
+
+
+def open_service(
+    settings: Settings | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    policy: Policy | None = None,
+) -> RecoveryService:
+    """A service opened with ``settings`` (default: the environment's,
+    ``Settings()``), with ``env`` for eventsourcing settings of its own
+    (``{"AGGREGATE_CACHE_MAXSIZE": "0"}``, say), deciding by ``policy``
+    (default: the policy the environment sets)."""
+    from devs.domain.application import RecoveryService
+
+    chosen = settings if settings is not None else Settings()
+    return RecoveryService(env={**chosen.environ(), **(env or {})}, policy=policy)
+
+
+def backend_of(service: RecoveryService) -> Backend:
+    """Which backend ``service`` keeps its log in."""
+    if service.env.get("PERSISTENCE_MODULE") in POSTGRES_MODULES:
+        return Backend.POSTGRES
+    if _in_memory(str(service.env.get("SQLITE_DBNAME") or "")):
+        return Backend.MEMORY
+    return Backend.SQLITE
+
+
+def sqlite_path(service: RecoveryService) -> str:
+    """The SQLite database ``service`` keeps its log in (its file, or its
+    in-memory name); ``InvalidInput`` on PostgreSQL."""
+    if backend_of(service) is Backend.POSTGRES:
+        msg = "the service keeps its log in PostgreSQL, not in a SQLite file"
+        raise InvalidInput(msg, field="service")
+    return str(service.env.get("SQLITE_DBNAME"))
