@@ -303,9 +303,10 @@ def _cannot(task_id: str, error: UnreadableEvent) -> str:
 
 
 def _why(error: UnreadableEvent) -> str:
-    """What the decoder said of a stored body, in one line (not redacted)."""
+    """What the decoder said of a stored body, in one line, redacted (a
+    decoder may quote the bytes it read)."""
     cause = error.__cause__ or error
-    return f"{type(cause).__name__}: {str(cause)[:200]}"
+    return " ".join(f"{type(cause).__name__}: {redact(str(cause))[:200]}".split())
 
 
 def _totals(courses: Sequence[replay.Course]) -> Totals:

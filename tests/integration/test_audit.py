@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from devs.adapters.config import Settings, open_service
+from devs.adapters.persistence import OrjsonTranscoder
 from devs.domain import (
     InvalidInput,
     Policy,
@@ -761,3 +762,28 @@ def test_an_undecodable_event_before_a_page_stops_its_replay(
     page = fresh.audit("t", after=5, limit=2)
     assert (page.entries, page.problem) == ([], whole.problem)
     assert fresh.audit("t", limit=3) == whole.model_copy(update={"problem": None})
+
+
+def test_what_a_decoder_says_of_a_damaged_event_is_redacted(
+    make_service: MakeService, execute: Execute, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decoder's error may quote the damaged bytes it read: the chain's
+    report of them never repeats a credential."""
+    secret = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123456789"
+    service = make_service()
+    _history(service)
+    table = _table(service)
+    _set_state(execute, table, 4, f"\xff damaged {secret}".encode())
+    decode = OrjsonTranscoder.decode
+
+    def quoting(self: OrjsonTranscoder, data: bytes) -> Any:
+        if secret.encode() in data:
+            raise ValueError(f"cannot decode {data.decode(errors='replace')!r}")
+        return decode(self, data)
+
+    monkeypatch.setattr(OrjsonTranscoder, "decode", quoting)
+    problems = _problems(make_service)
+    chain = make_service().audit("t").chain.model_dump_json()
+    assert any("version 4" in problem for problem in problems), problems
+    assert secret not in " ".join([*problems, chain])
+    assert "cannot decode" in chain  # the decoder's words, redacted
