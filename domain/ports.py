@@ -100,7 +100,7 @@ class RunState(Immutable):
     updated_at: datetime
 
 
-HandoffEnd = ResolutionValue | Literal["open"]
+HandoffEnd = Literal[ResolutionValue, "open"]
 """How a hand-off ended (a resolution; a rewind counts as ``return``, a skip as
 ``skip``), or ``open`` while it has not."""
 

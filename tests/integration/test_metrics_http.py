@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devs.adapters.client import HttpRecoveryClient
 from devs.adapters.http import create_app
 from devs.domain import InvalidInput, Metrics, NotFound, RecoveryService
+from devs.domain.names import Resolution
 
 TOKEN = "metrics-token-0123456789"
 LONG = "rewrite the tokenizer " * 10  # 220 characters
@@ -222,3 +223,9 @@ def test_the_client_answers_as_the_service(service: RecoveryService) -> None:
         assert naive.value.field == "since"
         with pytest.raises(NotFound, match="unknown run 'nope'"):
             client.metrics(run_id="nope")
+
+
+def test_the_schema_names_every_way_a_hand_off_ends(http: TestClient) -> None:
+    schema = http.get("/openapi.json").json()["components"]["schemas"]["Metrics"]
+    ends = schema["properties"]["handoffs_by_resolution"]["propertyNames"]["enum"]
+    assert ends == [*(str(resolution) for resolution in Resolution), "open"]
