@@ -221,9 +221,9 @@ class HttpRecoveryClient:
 
     def wait_for(self, position: int, *, timeout: float | None = None) -> int:
         """Wait until the server's read models folded log position
-        ``position``, at most ``timeout`` seconds (default: the server's
-        ``DEVS_READ_WAIT``); the position they reached (``GET /position``).
-        ``NotCaughtUp`` when the wait runs out."""
+        ``position``, at most ``timeout`` seconds and never longer than the
+        server's ``DEVS_READ_WAIT`` (its default); the position they reached
+        (``GET /position``). ``NotCaughtUp`` when the wait runs out."""
         params: dict[str, Any] = {"after": position}
         if timeout is not None:
             params["timeout"] = timeout

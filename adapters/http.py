@@ -607,14 +607,19 @@ def read_position(
             gt=0,
             le=300,
             allow_inf_nan=False,
-            description="seconds to wait at most (default DEVS_READ_WAIT)",
+            description=(
+                "seconds to wait at most, and never longer than the server's "
+                "DEVS_READ_WAIT (its default)"
+            ),
         ),
     ] = None,
 ) -> ReadPosition:
     """Wait until the read models folded log position ``after``, at most
-    ``timeout`` seconds, and give the position they reached (504
-    ``not_caught_up`` when the wait runs out): ``wait_for`` over HTTP."""
-    wait = served.read_wait if timeout is None else timeout
+    ``timeout`` seconds and never longer than the server's read wait (a
+    client cannot hold a worker's thread longer than any query may), and
+    give the position they reached (504 ``not_caught_up`` when the wait runs
+    out): ``wait_for`` over HTTP."""
+    wait = served.read_wait if timeout is None else min(timeout, served.read_wait)
     return ReadPosition(position=served.service.wait_for(after, timeout=wait))
 
 

@@ -4,8 +4,6 @@ nothing."""
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import schemathesis
@@ -16,12 +14,11 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from devs.adapters.config import Settings, open_service
+from devs.adapters.config import memory_env, open_service
 from devs.adapters.http import create_app
 from tests.helpers import event_count
 
-DB = Path(tempfile.mkdtemp(prefix="devs-schemathesis-")) / "state.sqlite"
-SERVICE = open_service(Settings(db=str(DB)))
+SERVICE = open_service(env=memory_env())
 SERVICE.start_run("r1", {"t1": [], "t2": ["t1"]})
 SERVICE.start_task("t1", run_id="r1")
 SERVICE.record_gate("t1", 1, error="boom")
@@ -64,8 +61,8 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", APP).exclude(
     derandomize=True,
 )
 def test_any_request_gets_a_documented_answer(case: schemathesis.Case[Any]) -> None:
-    before = event_count(DB)
+    before = event_count(SERVICE)
     response = case.call()
     case.validate_response(response, checks=CHECKS)
     if response.status_code >= 400:
-        assert event_count(DB) == before, response.text
+        assert event_count(SERVICE) == before, response.text

@@ -102,6 +102,9 @@ def test_the_http_client_waits_for_a_position_and_reads_at_it(
         assert f"did not reach position {end + 100} within 0.2 s" in str(raised.value)
         with pytest.raises(NotCaughtUp), client.reading_after(end + 100):
             client.tasks()
+        # A client's timeout never outlasts the server's read wait (0.5 s).
+        with pytest.raises(NotCaughtUp, match=r"within 0\.5 s"):
+            client.wait_for(end + 100, timeout=300)
         for position in (-1, 1.5, True):
             with (
                 pytest.raises(InvalidInput) as refused,
