@@ -19,7 +19,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from devs.adapters.client import HttpRecoveryClient
 from devs.adapters.http import create_app
 from devs.domain import Policy, RecoveryService
-from devs.testing import RecoveryMachine, sqlite_service, task_ids
+from devs.testing import RecoveryMachine, memory_service, sqlite_service, task_ids
 from tests.postgres import PostgresServer, create_database, drop_database
 
 EXAMPLES = int(os.environ.get("DEVS_STATEFUL_EXAMPLES", "40"))
@@ -61,7 +61,7 @@ class HttpService(HttpRecoveryClient):
 class HttpMachine(RecoveryMachine):
     """Every command and query through ``devs serve``'s API."""
 
-    make_service = staticmethod(lambda policy: HttpService(sqlite_service(policy)))
+    make_service = staticmethod(lambda policy: HttpService(memory_service(policy)))
     # The API names a task in its URL path: it refuses ids with "/" (the
     # kit found such a task unreachable over HTTP; now it is refused).
     ids = task_ids().filter(lambda task_id: "/" not in task_id)
