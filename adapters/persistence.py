@@ -57,7 +57,7 @@ class PydanticMapper(Mapper[str]):
 
     def to_stored_event(self, domain_event: DomainEventProtocol[str]) -> StoredEvent:
         topic = get_topic(domain_event.__class__)
-        model = cast(BaseModel, domain_event)
+        model: BaseModel = domain_event  # type: ignore[assignment]
         if type(self.transcoder) is OrjsonTranscoder:
             # pydantic writes the very bytes orjson writes of its JSON-mode dump
             # (tests/integration/test_persistence.py), without the dict between.
@@ -269,6 +269,25 @@ class SnapshotRecorder(es_sqlite.SQLiteAggregateRecorder):
         return result
 
 
+class OneStatement(es_sqlite.SQLiteTransaction):
+    """eventsourcing's ``SQLiteTransaction`` for a block that runs a single
+    statement: no ``BEGIN``, so SQLite runs the statement as a transaction of
+    its own (the pool's connections are in autocommit mode), committed when
+    it ends, or rolled back, whole, when it fails. The end of the block is the
+    library's: ``commit()`` and ``rollback()`` find no transaction open, and a
+    failure is raised as the library's error, as from a transaction.
+
+    One statement where there were three (``BEGIN``, ``INSERT``, ``COMMIT``),
+    and the one left finds its prepared form in the connection's statement
+    cache, which eventsourcing makes one entry long (``cached_statements=True``):
+    with ``BEGIN`` before it, each of the two evicted the other, and each
+    decision parsed and compiled its ``INSERT`` again.
+    """
+
+    def __enter__(self) -> es_sqlite.SQLiteCursor:
+        return self.connection.cursor()
+
+
 class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
     """eventsourcing's application recorder; ``insert_events`` takes the same
     steps without the two generator-based context managers around them.
@@ -278,6 +297,10 @@ class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
     then commit, or roll back and raise eventsourcing's error), its cursor
     closed after. The library's ``datastore.transaction`` wraps the same in two
     ``contextmanager`` generators, which cost a few microseconds per commit.
+
+    One event (most decisions record one) is one ``INSERT``
+    (:class:`OneStatement`): SQLite makes a statement a transaction of its
+    own, as atomic and as durable as ``BEGIN``, ``INSERT``, ``COMMIT``.
     """
 
     def insert_events(
@@ -286,7 +309,13 @@ class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
         pool = self.datastore.pool
         connection = pool.get_connection(is_writer=True)
         try:
-            transaction = es_sqlite.SQLiteTransaction(connection, commit=True)
+            # One event is one statement (the library's ``_insert_events``:
+            # one INSERT per event, its rowid read back).
+            transaction = (
+                OneStatement(connection, commit=True)
+                if len(stored_events) == 1
+                else es_sqlite.SQLiteTransaction(connection, commit=True)
+            )
             with transaction as cursor, cursor:
                 return eventsourcing_internals.insert_events(
                     self, cursor, stored_events, **kwargs

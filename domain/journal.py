@@ -40,9 +40,18 @@ STOP_EVENTS = (Task.Escalated, Task.HandedOff, Task.Paused)
 """Events that stop an agent: their lines are written at WARNING, others at INFO."""
 
 
+_LEVELS: dict[type, int] = {}
+"""The level of each class of event met so far (an ``isinstance`` check
+against pydantic's classes costs a few checks per event)."""
+
+
 def record(domain_event: Any, position: int | None) -> None:
     """Write the decision-log line of one recorded event."""
-    level = logging.WARNING if isinstance(domain_event, STOP_EVENTS) else logging.INFO
+    kind = type(domain_event)
+    level = _LEVELS.get(kind)
+    if level is None:
+        level = logging.WARNING if issubclass(kind, STOP_EVENTS) else logging.INFO
+        _LEVELS[kind] = level
     if logger.isEnabledFor(level):  # lines a disabled level drops are not built
         event, fields = describe(domain_event)
         line = {"event": event, **fields, "position": position}

@@ -459,7 +459,7 @@ class Task(Aggregate):
                 else None,
             }
         )
-        self.fail(failure)
+        self._fail(failure)  # the chart allowed it above
 
     def fail(self, failure: FailureRecord) -> None:
         """Record a failed gate (already judged and redacted) and climb the ladder.
@@ -468,6 +468,10 @@ class Task(Aggregate):
         hands in the one it read, so it decides on the very same failure.
         """
         destination(Trigger.FAIL_GATE, self.state)
+        self._fail(failure)
+
+    def _fail(self, failure: FailureRecord) -> None:
+        """:meth:`fail`, once the chart has allowed a failed gate."""
         self.trigger_event(
             Task.GateFailed,
             failure=failure,

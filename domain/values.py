@@ -72,6 +72,7 @@ __all__ = [
     "ID_MAX",
     "LIMIT_MAX",
     "NAME_MAX",
+    "NOT_KEPT",
     "OUTPUT_MAX",
     "POSITION_MAX",
     "REASON_MAX",
@@ -305,6 +306,19 @@ def _dag(name: str, error: ErrorDetails, loc: Loc) -> str:
 
 _TEXT = Wording(_text)
 
+
+class _NotKept:
+    """Metadata of a type whose values :func:`validated` must not keep in
+    memory, not even when clean (pydantic ignores it)."""
+
+    __slots__ = ()
+
+
+NOT_KEPT = _NotKept()
+"""In an ``Annotated`` type: a call taking such an argument is never
+remembered by :func:`validated` (an idempotency key or a request is kept only
+as its SHA-256, :mod:`devs.domain.receipt`)."""
+
 # ============================================================= the types
 
 
@@ -530,11 +544,12 @@ IdempotencyKey = Annotated[
         strict=True, min_length=1, max_length=KEY_MAX, pattern=r"^[!-~]+$"
     ),
     Wording(_key),
+    NOT_KEPT,
 ]
 """A client's name for one command it may send more than once: 1-255 visible
 ASCII characters. Stored only as its SHA-256 (:mod:`devs.domain.receipt`)."""
 
-RequestText = Annotated[str, StringConstraints(strict=True, min_length=0)]
+RequestText = Annotated[str, StringConstraints(strict=True, min_length=0), NOT_KEPT]
 """What a command was asked, as its caller writes it down (hashed, not stored):
 any length, no lone surrogate (as :data:`ErrorText`). It holds a gate's output,
 which is never refused for its length, so neither is it."""
@@ -700,6 +715,61 @@ class _Refusal:
         return InvalidInput(explain(name, error, tuple(inside)), field=field)
 
 
+# Calls whose arguments were accepted, and what pydantic made of them, for a
+# call that comes again with the very same arguments (an agent in a loop
+# reports the same failure of the same task again and again; a client asks
+# for the same task). Only calls whose every argument is a str of at most
+# _KNOWN_TEXT_MAX characters, an int or None, exactly: every check is a pure
+# function of such a value, so pydantic would make the same of it again.
+# (str, int and None never compare equal to one another; bool, float and
+# subclasses are left out, as they compare equal to values the checks tell
+# apart: True == 1, 0.0 == -0.0.) Only texts in which no rule of
+# devs.domain.redaction finds a secret are kept, so no secret stays here; the
+# memory is emptied when full. A refused call is never kept: it is checked,
+# and refused, again.
+_KNOWN: dict[tuple[Any, ...], tuple[tuple[Any, ...], dict[str, Any]]] = {}
+_KNOWN_MAX = 1_024
+_KNOWN_TEXT_MAX = ID_MAX
+_PLAIN_TYPES = (str, int, type(None))
+
+_TEXTS_AT: dict[tuple[type, ...], tuple[int, ...] | None] = {}
+"""For each list of argument types met, where the texts are among them;
+``None`` when an argument is of another type than str, int or None."""
+_UNSEEN = (-1,)  # no list of places holds -1
+
+
+def _texts_at(kinds: tuple[type, ...]) -> tuple[int, ...] | None:
+    """Where the texts are among arguments of these types (``None``: not a
+    call :func:`validated` remembers); the answer is kept, bounded."""
+    texts = None
+    if all(kind in _PLAIN_TYPES for kind in kinds):
+        texts = tuple(i for i, kind in enumerate(kinds) if kind is str)
+    if len(_TEXTS_AT) >= _KNOWN_MAX:
+        _TEXTS_AT.clear()
+    _TEXTS_AT[kinds] = texts
+    return texts
+
+
+def _clean(values: tuple[Any, ...]) -> bool:
+    """Whether no text among ``values`` holds a secret (each text was just
+    checked by its type, so is most often among redaction's clean texts)."""
+    for value in values:
+        if type(value) is str and secret_kind(value) is not None:
+            return False
+    return True
+
+
+def _kept(annotation: object) -> bool:
+    """Whether values of ``annotation`` (or of ``annotation | None``) may be
+    kept in memory (:data:`NOT_KEPT`)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return all(_kept(member) for member in typing.get_args(annotation))
+    if typing.get_origin(annotation) is Annotated:
+        extras = annotation.__metadata__  # type: ignore[attr-defined]
+        return not any(isinstance(extra, _NotKept) for extra in extras)
+    return True
+
+
 def validated(func: Callable[P, R]) -> Callable[P, R]:
     """Check ``func``'s arguments against their annotations before each call.
 
@@ -712,7 +782,11 @@ def validated(func: Callable[P, R]) -> Callable[P, R]:
 
     Works on functions and methods (``self`` is not annotated, so not checked).
     Annotations must resolve in the function's module. The validator is built
-    once, here; a call costs one pydantic validation of the arguments.
+    once, here; a call costs one pydantic validation of the arguments. A call
+    that comes again with the same arguments, each a short text (at most
+    200 characters, holding no secret), an int or ``None``, costs one look-up
+    of what the validation made of them the first time (bounded: 1,024 calls
+    are remembered).
     """
 
     # pydantic validates the arguments and calls this with the validated values;
@@ -727,15 +801,47 @@ def validated(func: Callable[P, R]) -> Callable[P, R]:
         if name != "return"  # not validated, so need not resolve
     }
     check = _check_arguments(bind)
-    refuse = _Refusal(func, typing.get_type_hints(bind, include_extras=True))
+    hints = typing.get_type_hints(bind, include_extras=True)
+    refuse = _Refusal(func, hints)
     call: Callable[..., R] = func
+    remember = all(_kept(hint) for hint in hints.values())
+    # A method's ``self`` (its first parameter, not annotated) is handed on
+    # as it is, not remembered.
+    first = refuse.positional[0] if refuse.positional else None
+    skip = 1 if first is not None and first not in hints else 0
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        key: tuple[Any, ...] | None = None
+        if remember:
+            values: tuple[Any, ...] = args[skip:] if skip else args
+            if kwargs:
+                values = (*values, *kwargs.values())
+            kinds = tuple(map(type, values))
+            texts = _TEXTS_AT.get(kinds, _UNSEEN)
+            if texts is _UNSEEN:
+                texts = _texts_at(kinds)
+            if texts is not None and (
+                not texts
+                or max(map(len, map(values.__getitem__, texts))) <= _KNOWN_TEXT_MAX
+            ):
+                # How many are positional, and the names, tell f(a, b) from
+                # f(a, x=b), and the names' order which value each name has.
+                key = (call, len(args), values, *kwargs)
+                known = _KNOWN.get(key)
+                if known is not None:
+                    rest, named = known
+                    if skip:
+                        return call(args[0], *rest, **named)
+                    return call(*rest, **named)
         try:
             args_, kwargs_ = check(*args, **kwargs)
         except ValidationError as failure:
             raise refuse(failure, args, kwargs) from None
+        if key is not None and _clean(key[2]):
+            if len(_KNOWN) >= _KNOWN_MAX:
+                _KNOWN.clear()
+            _KNOWN[key] = (args_[skip:] if skip else args_, kwargs_)
         return call(*args_, **kwargs_)
 
     return wrapper
