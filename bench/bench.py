@@ -60,6 +60,7 @@ from rapidfuzz.distance import Levenshtein
 from redaction_speed import Speeds, speeds
 from runs import Figure, large_run_figures, start_figures
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import Policy, RecoveryService
 
 LESSON_LENGTH = 2_000
@@ -92,7 +93,7 @@ def median_seconds(fn: Callable[[], object], repeat: int) -> float:
 
 def service(path: Path) -> RecoveryService:
     patient = Policy(escalation_threshold=1000, handoff_threshold=1000)
-    return RecoveryService(env={"SQLITE_DBNAME": str(path)}, policy=patient)
+    return open_service(Settings(db=str(path)), policy=patient)
 
 
 def durability(cursor: Any) -> tuple[str, int]:

@@ -21,6 +21,8 @@ from eventsourcing.domain import (
 from eventsourcing.utils import get_topic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from devs.domain.eventsourcing_internals import AGGREGATE_TIMES, NOT_IN_SNAPSHOT
+
 _datetime_adapter = TypeAdapter(datetime)
 
 
@@ -56,7 +58,7 @@ class SnapshotState(Immutable):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     def __init__(self, **kwargs: Any) -> None:
-        for key in ("_created_on", "_modified_on"):
+        for key in AGGREGATE_TIMES:
             kwargs[key] = _datetime_adapter.validate_python(kwargs[key])
         super().__init__(**kwargs)
 
@@ -73,7 +75,7 @@ class AggregateSnapshot(DomainEvent, CanSnapshotAggregate[str]):
 
     @classmethod
     def take(cls, aggregate: Any) -> Self:
-        skipped = {"_id", "_version", "_pending_events", *aggregate.DERIVED}
+        skipped = {*NOT_IN_SNAPSHOT, *aggregate.DERIVED}
         state = {
             key: value for key, value in vars(aggregate).items() if key not in skipped
         }

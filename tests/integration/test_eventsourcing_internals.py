@@ -623,13 +623,7 @@ def test_the_aggregate_attributes_and_what_a_snapshot_does_with_them() -> None:
 # ------------------------------------------------------------ nowhere else
 
 
-NOT_YET_MOVED = {
-    ("domain/model.py", "_created_on"): "SnapshotState: AGGREGATE_TIMES",
-    ("domain/model.py", "_modified_on"): "SnapshotState: AGGREGATE_TIMES",
-    ("domain/model.py", "_id"): "AggregateSnapshot.take: NOT_IN_SNAPSHOT",
-    ("domain/model.py", "_version"): "AggregateSnapshot.take: NOT_IN_SNAPSHOT",
-    ("domain/model.py", "_pending_events"): "AggregateSnapshot.take: NOT_IN_SNAPSHOT",
-}
+NOT_YET_MOVED: dict[tuple[str, str], str] = {}
 """Private names still used where they were (modules this change did not
 edit), and what in ``eventsourcing_internals`` each should use instead."""
 
