@@ -326,20 +326,26 @@ class Writer:
     and is handed over then (``create_app``'s ``command``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 1) -> None:
         self._calls: SimpleQueue[_Call[Any] | None] = SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self.size = threads
+        """How many threads take the commands handed over (1 on SQLite, whose
+        writes take turns anyway; more on PostgreSQL, where one command's
+        round trips to the database leave room for another's)."""
         self.busy = 0
         """Commands handed over and not yet answered (read on the loop)."""
 
     async def run(self, call: Callable[[], T]) -> T:
-        """``call()`` on the writer thread (started the first time); its
+        """``call()`` on a writer thread (started the first time); its
         value or its exception."""
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._serve, name="devs-writer", daemon=True
-            )
-            self._thread.start()
+        if not self._threads:
+            for n in range(self.size):
+                thread = threading.Thread(
+                    target=self._serve, name=f"devs-writer-{n}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self.busy += 1  # back to 0 only once the thread is done with it
@@ -353,36 +359,35 @@ class Writer:
             try:
                 value = call()
             except BaseException as error:  # handed to the request, raised there
-                loop.call_soon_threadsafe(_fail, future, error)
+                loop.call_soon_threadsafe(self._done, future, None, error)
             else:
-                loop.call_soon_threadsafe(_settle, future, value)
-            finally:
-                # Here, not when the request ends: a request cancelled while
-                # its command still runs must not let the loop start another.
-                loop.call_soon_threadsafe(self._done)
+                loop.call_soon_threadsafe(self._done, future, value, None)
 
-    def _done(self) -> None:
+    def _done(
+        self, future: asyncio.Future[T], value: T, error: BaseException | None
+    ) -> None:
+        # busy drops here, once the thread is done with the command, not when
+        # the request ends: a request cancelled while its command still runs
+        # must not let the loop start another. One wake-up of the loop per
+        # command: its answer and its end together.
         self.busy -= 1
+        if future.done():  # the request was cancelled meanwhile
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
 
     def close(self) -> None:
-        """Let the commands handed over finish, then end the thread."""
-        if self._thread is not None:
+        """Let the commands handed over finish, then end the threads."""
+        for _ in self._threads:
             self._calls.put(None)
-            self._thread.join()
-            self._thread = None
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
 
 
 _Call = tuple[Callable[[], T], "asyncio.Future[T]", asyncio.AbstractEventLoop]
-
-
-def _settle(future: asyncio.Future[T], value: T) -> None:
-    if not future.done():  # the request may have been cancelled meanwhile
-        future.set_result(value)
-
-
-def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(error)
 
 
 def _document_the_token(app: FastAPI) -> None:
@@ -408,6 +413,10 @@ def _document_the_token(app: FastAPI) -> None:
 # ------------------------------------------------------------ dependencies
 
 
+POSTGRES_WRITERS = 3
+"""Writer threads of a worker on PostgreSQL (one on SQLite)."""
+
+
 class Served:
     """What one app serves: its service (opened at startup when given as a
     callable), its writer thread and its read-your-writes bound. Held in
@@ -431,6 +440,8 @@ class Served:
         command goes to the writer."""
         if self._on_loop is None:
             self._on_loop = backend_of(self.service) is not Backend.POSTGRES
+            if not self._on_loop:
+                self.writer.size = POSTGRES_WRITERS
         return self._on_loop
 
     @property
@@ -488,7 +499,7 @@ class Served:
                 position = service.recorder.max_notification_id() or 0
             return value.model_dump_json(), position
 
-        if not self.writer.busy and self.on_loop and not _heavy(body):
+        if self.on_loop and not self.writer.busy and not _heavy(body):
             # On SQLite most commands never wait: one is done on the loop
             # (no hand-over, no thread switch) unless it would have to wait
             # for the write lock or a back-off; then, nothing written, it
