@@ -7,9 +7,15 @@ import os
 
 import click
 
-from devs.adapters.cli.base import Context, ExitCode, cli, fail, pass_context
+from devs.adapters.cli.base import (
+    Context,
+    ExitCode,
+    cli,
+    fail,
+    handles_errors,
+    pass_context,
+)
 from devs.adapters.config import DB_ENV, Backend, Projections, Settings, backend_of
-from devs.domain import InvalidInput
 
 
 def is_loopback(host: str) -> bool:
@@ -32,6 +38,7 @@ def is_loopback(host: str) -> bool:
     help="Worker processes (each opens the database).",
 )
 @pass_context
+@handles_errors
 def serve(ctx: Context, host: str, port: int, workers: int) -> None:
     """Serve the HTTP API (every command and query as JSON; /openapi.json).
 
@@ -41,12 +48,9 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
     # the server's libraries load only for this command
     from devs.adapters import serving
 
-    settings: Settings | None = None
-    try:
-        settings = ctx.settings  # every setting checked here, not in each worker
-    except InvalidInput as error:
-        fail(str(error), ExitCode.BAD_INPUT)
-    assert settings is not None
+    # Every setting is checked here, not in each worker, and a store that
+    # cannot be opened fails now: one line, the documented exit code.
+    settings: Settings = ctx.settings
     if not is_loopback(host) and settings.api_token is None:
         fail(
             f"refusing to serve on {host}, which is not a loopback address, "
@@ -54,7 +58,6 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
             ExitCode.REFUSED,
         )
     os.environ[DB_ENV] = settings.db  # the workers open the same database
-    # Opened once here, so a database that cannot be used fails now, in one line.
     app = ctx.app
     projector = (
         backend_of(app) is Backend.POSTGRES

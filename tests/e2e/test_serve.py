@@ -227,6 +227,46 @@ def test_a_bad_worker_niceness_is_refused_in_one_line(
     assert repr(value) in lines[0]
 
 
+def _serve_once(db: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [DEVS, "--db", str(db), "serve", "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+        check=False,
+    )
+
+
+def test_a_store_that_cannot_be_opened_is_one_line_and_exit_9(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """As every other command: no traceback, the documented exit code."""
+    missing_directory = _serve_once(tmp_path / "no" / "such" / "x.sqlite", {})
+    no_database = _serve_once(
+        tmp_path / "x.sqlite",
+        {
+            "DEVS_DATABASE_URL": pg_url.rsplit("/", 1)[0] + "/nosuchdb",
+            "POSTGRES_CONNECT_TIMEOUT": "2",
+        },
+    )
+    for result in (missing_directory, no_database):
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 9, result.stderr
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith("devs: error: cannot open ")
+    assert "x.sqlite" in missing_directory.stderr
+    assert "PostgreSQL database of DEVS_DATABASE_URL" in no_database.stderr
+    bad_url = _serve_once(
+        tmp_path / "x.sqlite", {"DEVS_DATABASE_URL": "mysql://u:pw@h/d"}
+    )
+    assert bad_url.returncode == 6, bad_url.stderr
+    assert bad_url.stderr.strip().splitlines() == [
+        "devs: error: DEVS_DATABASE_URL must start with postgresql://, "
+        "got a 'mysql' URL"
+    ]
+
+
 def test_idempotency_keys_hold_across_a_restart_and_workers(
     tmp_path: Path, store: dict[str, str]
 ) -> None:
