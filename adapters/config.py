@@ -34,7 +34,7 @@ from contextvars import ContextVar
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -324,7 +324,9 @@ def postgres_env(url: str) -> dict[str, str]:
             f"got a {parts.scheme or 'schemeless'!r} URL"
         )
         raise InvalidInput(msg, field=DATABASE_URL_ENV)
-    query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
+    pairs = parse_qs(parts.query, keep_blank_values=True)
+    query = {name: values[-1] for name, values in pairs.items()}
+    options = _libpq_options(query)
     settings = {
         "host": query.get("host") or unquote(parts.hostname or ""),
         "port": query.get("port") or str(port_in_url or 5432),
@@ -343,13 +345,80 @@ def postgres_env(url: str) -> dict[str, str]:
     if not settings["port"].isdigit() or not 0 < int(settings["port"]) < 65536:
         msg = f"{DATABASE_URL_ENV} has a port out of range [1, 65535]"
         raise InvalidInput(msg, field=DATABASE_URL_ENV)
-    return {
+    env = {
         "PERSISTENCE_MODULE": POSTGRES_FACTORY,
         "POSTGRES_DBNAME": settings["dbname"],
         "POSTGRES_HOST": settings["host"],
         "POSTGRES_PORT": settings["port"],
         "POSTGRES_USER": settings["user"],
         "POSTGRES_PASSWORD": settings["password"],
+    }
+    if options:
+        env[LIBPQ_OPTIONS] = urlencode(options)
+    return env
+
+
+LIBPQ_OPTIONS = "POSTGRES_LIBPQ_OPTIONS"
+"""The env key of the libpq parameters a ``DEVS_DATABASE_URL`` gives beyond
+host, port, user, password and database (``sslmode=require``, ...), URL-encoded;
+``devs.adapters.postgres.PostgresFactory`` hands them to every connection."""
+URL_PARTS = frozenset({"host", "hostaddr", "port", "user", "password", "dbname"})
+LIBPQ_PARAMETERS = frozenset(
+    {
+        "application_name",
+        "channel_binding",
+        "connect_timeout",
+        "gssencmode",
+        "keepalives",
+        "keepalives_count",
+        "keepalives_idle",
+        "keepalives_interval",
+        "load_balance_hosts",
+        "options",
+        "passfile",
+        "require_auth",
+        "sslcert",
+        "sslcompression",
+        "sslcrl",
+        "sslcrldir",
+        "sslkey",
+        "sslmode",
+        "sslnegotiation",
+        "sslpassword",
+        "sslrootcert",
+        "sslsni",
+        "ssl_max_protocol_version",
+        "ssl_min_protocol_version",
+        "target_session_attrs",
+        "tcp_user_timeout",
+    }
+)
+"""libpq's connection parameters a URL may set besides its parts
+(https://www.postgresql.org/docs/current/libpq-connect.html)."""
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+def _libpq_options(query: Mapping[str, str]) -> dict[str, str]:
+    """The URL's libpq parameters beyond its parts, checked: an unknown one,
+    or an ``sslmode`` libpq does not know, is refused (ignoring it could
+    connect without the TLS it asked for)."""
+    unknown = sorted(set(query) - URL_PARTS - LIBPQ_PARAMETERS)
+    if unknown:
+        names = ", ".join(repr(name[:40]) for name in unknown[:5])
+        msg = (
+            f"{DATABASE_URL_ENV} has a parameter libpq does not know ({names}); "
+            "see https://www.postgresql.org/docs/current/libpq-connect.html"
+        )
+        raise InvalidInput(msg, field=DATABASE_URL_ENV)
+    mode = query.get("sslmode")
+    if mode is not None and mode not in SSL_MODES:
+        msg = (
+            f"{DATABASE_URL_ENV} has sslmode={mode[:40]!r}; libpq's modes are "
+            f"{', '.join(SSL_MODES)}"
+        )
+        raise InvalidInput(msg, field=DATABASE_URL_ENV)
+    return {
+        name: value for name, value in sorted(query.items()) if name in LIBPQ_PARAMETERS
     }
 
 

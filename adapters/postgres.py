@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import parse_qsl
 
 from eventsourcing import postgres as es_postgres
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
-from eventsourcing.utils import retry
+from eventsourcing.utils import Environment, EnvType, retry
 from psycopg.sql import SQL, Identifier
 
+from devs.adapters.config import LIBPQ_OPTIONS
 from devs.projections.pg import SerializedDDL
 
 
@@ -106,6 +108,20 @@ class PostgresTrackingRecorder(SerializedDDL, es_postgres.PostgresTrackingRecord
 
 
 class PostgresFactory(es_postgres.PostgresFactory):
+    """eventsourcing's factory, its recorders ours; every connection also
+    gets the libpq parameters of ``DEVS_DATABASE_URL`` beyond its parts
+    (``sslmode``, ``application_name``, ...: ``POSTGRES_LIBPQ_OPTIONS``),
+    which eventsourcing's own settings have no place for."""
+
     aggregate_recorder_class = PostgresAggregateRecorder
     application_recorder_class = PostgresApplicationRecorder
     tracking_recorder_class = PostgresTrackingRecorder
+
+    def __init__(self, env: Environment | EnvType | None) -> None:
+        super().__init__(env)
+        options = self.env.get(LIBPQ_OPTIONS)
+        if options:
+            # The pool is not open yet: its first connection has them too.
+            kwargs = self.datastore.pool.kwargs
+            assert isinstance(kwargs, dict), "eventsourcing gives its pool a dict"
+            kwargs.update(parse_qsl(options, strict_parsing=True))

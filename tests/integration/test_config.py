@@ -317,3 +317,22 @@ def test_the_domain_names_no_database_no_url_and_no_file() -> None:
     source = "\n".join(path.read_text() for path in DOMAIN.glob("*.py"))
     assert "urlsplit" not in source
     assert "import sqlite3" not in source
+
+
+def test_the_url_s_libpq_parameters_reach_every_connection(pg_url: str) -> None:
+    """What the server sees of ``application_name`` and ``options``, and the
+    ``sslmode`` every connection is made with (libpq ignores it on the
+    tests' Unix socket): before, all three were dropped silently."""
+    url = (
+        f"{pg_url}&application_name=devs-config-test"
+        "&options=-c%20statement_timeout%3D4321&sslmode=require"
+    )
+    with open_service(Settings(database_url=url)) as service:
+        service.start_task("t")
+        datastore = service.factory.datastore  # type: ignore[attr-defined]
+        assert datastore.pool.kwargs["sslmode"] == "require"
+        with datastore.get_connection() as connection:
+            name = connection.execute("SHOW application_name").fetchone()
+            timeout = connection.execute("SHOW statement_timeout").fetchone()
+        assert name["application_name"] == "devs-config-test"
+        assert timeout["statement_timeout"] == "4321ms"

@@ -3,6 +3,8 @@ the views' SQL in PostgreSQL's placeholders."""
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs
+
 import pytest
 
 from devs.adapters.config import postgres_env
@@ -42,6 +44,38 @@ def test_a_bad_url_is_named_without_its_password(url: str, words: str) -> None:
     with pytest.raises(InvalidInput, match=words) as refused:
         postgres_env(url)
     assert refused.value.field == "DEVS_DATABASE_URL"
+    assert "secret-pw" not in str(refused.value)
+
+
+def test_libpq_parameters_are_kept_for_every_connection() -> None:
+    env = postgres_env(
+        "postgresql://u:pw@h/d?sslmode=verify-full&application_name=devs"
+        "&sslrootcert=/etc/ca.pem"
+    )
+    assert parse_qs(env["POSTGRES_LIBPQ_OPTIONS"]) == {
+        "application_name": ["devs"],
+        "sslmode": ["verify-full"],
+        "sslrootcert": ["/etc/ca.pem"],
+    }
+    assert "POSTGRES_LIBPQ_OPTIONS" not in postgres_env("postgresql://u@h/d")
+    assert "POSTGRES_LIBPQ_OPTIONS" not in postgres_env("postgresql://u@/d?host=/s")
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ("sslmode=bogus", "sslmode='bogus'; libpq's modes are disable, allow"),
+        ("sslmode=", "sslmode=''"),
+        ("bogusparam=1", "a parameter libpq does not know ('bogusparam')"),
+        ("ssl_mode=require", "('ssl_mode')"),
+    ],
+)
+def test_a_parameter_libpq_would_not_take_is_refused(query: str, words: str) -> None:
+    """Ignored, ``sslmode=require`` misspelt would connect without TLS."""
+    with pytest.raises(InvalidInput) as refused:
+        postgres_env(f"postgresql://u:secret-pw@h/d?{query}")
+    assert refused.value.field == "DEVS_DATABASE_URL"
+    assert words in str(refused.value)
     assert "secret-pw" not in str(refused.value)
 
 
