@@ -189,7 +189,13 @@ class Settings(BaseSettings):
     @field_validator("api_token", mode="before")
     @classmethod
     def _token(cls, value: Any) -> Any:
-        return None if value == "" else value
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if value is None or value == "":
+            return None  # unset: no token asked for
+        if isinstance(value, str):
+            check_token(value)
+        return value
 
     @field_validator("read_wait", mode="before")
     @classmethod
@@ -268,6 +274,32 @@ class Settings(BaseSettings):
             READ_WAIT_ENV: repr(self.read_wait),
             PROJECTIONS_ENV: str(self.projections),
         }
+
+
+TOKEN_MIN = 16
+"""The fewest characters an API token may have."""
+
+
+def check_token(token: str) -> str:
+    """``token`` if it can be an API token: at least :data:`TOKEN_MIN`
+    characters of visible ASCII, no space (a bearer token is compared exactly,
+    byte for byte); ``InvalidInput`` naming ``DEVS_API_TOKEN`` otherwise,
+    never repeating the token."""
+    if not token.strip():
+        problem = "is blank"
+    elif not (token.isascii() and token.isprintable()) or any(
+        character.isspace() for character in token
+    ):
+        problem = "has spaces, control or non-ASCII characters"
+    elif len(token) < TOKEN_MIN:
+        problem = f"has {len(token)} characters"
+    else:
+        return token
+    msg = (
+        f"{TOKEN_ENV} {problem}; a token is at least {TOKEN_MIN} visible ASCII "
+        "characters without spaces (say, openssl rand -hex 24)"
+    )
+    raise ValueError(msg)
 
 
 def _invalid(error: ValidationError) -> InvalidInput:

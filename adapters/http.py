@@ -43,7 +43,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from devs.adapters.config import Backend, Settings, backend_of, open_service
+from devs.adapters.config import (
+    Backend,
+    Settings,
+    backend_of,
+    check_token,
+    open_service,
+)
 from devs.adapters.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from devs.adapters.prometheus import exposition
 from devs.domain import (
@@ -1043,7 +1049,11 @@ def create_app(
         responses=ERROR_RESPONSES,
     )
     app.state.devs = served
-    if token:
+    if token is not None:
+        try:
+            check_token(token)
+        except ValueError as error:
+            raise InvalidInput(str(error), field="token") from None
         app.add_middleware(BearerToken, expected=f"Bearer {token}".encode())
         _document_the_token(app)
     app.add_exception_handler(DevsError, _devs_error)  # type: ignore[arg-type]

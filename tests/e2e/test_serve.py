@@ -193,6 +193,30 @@ def test_serving_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
     assert not (tmp_path / "x.sqlite").exists()
 
 
+@pytest.mark.parametrize(
+    ("token", "words"),
+    [("   ", "is blank"), ("short-secret", "has 12 characters")],
+)
+def test_a_blank_or_short_token_is_refused_at_start(
+    tmp_path: Path, token: str, words: str
+) -> None:
+    """A blank token let ``Authorization: Bearer`` and blanks through."""
+    result = subprocess.run(
+        [DEVS, "--db", str(tmp_path / "x.sqlite"), "serve", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DEVS_API_TOKEN": token},
+        check=False,
+    )
+    assert result.returncode == 6, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"DEVS_API_TOKEN {words}; a token is at least 16" in lines[0]
+    assert token.strip() not in lines[0] or not token.strip()
+    assert not (tmp_path / "x.sqlite").exists()
+
+
 def test_a_bad_read_wait_is_refused_in_one_line(tmp_path: Path) -> None:
     result = subprocess.run(
         [DEVS, "--db", str(tmp_path / "x.sqlite"), "serve"],

@@ -47,7 +47,7 @@ def test_each_variable_is_read() -> None:
             "DEVS_DB": "/var/lib/devs/x.sqlite",
             "DEVS_READ_WAIT": " 2.5 ",
             "DEVS_PROJECTIONS": "external",
-            "DEVS_API_TOKEN": "tok",
+            "DEVS_API_TOKEN": "tok-0123456789abcdef",
             "DEVS_WORKER_NICENESS": "0",
         }
     )
@@ -55,7 +55,7 @@ def test_each_variable_is_read() -> None:
     assert settings.read_wait == 2.5
     assert settings.projections is Projections.EXTERNAL
     assert settings.api_token is not None
-    assert settings.api_token.get_secret_value() == "tok"
+    assert settings.api_token.get_secret_value() == "tok-0123456789abcdef"
     assert settings.worker_niceness == 0
     url = Settings.from_environ({"DEVS_DATABASE_URL": "postgresql://u@h/d"})
     assert url.backend is Backend.POSTGRES
@@ -100,6 +100,11 @@ def test_values_in_code_win_over_the_environment(
         ("DEVS_WORKER_NICENESS", "٣", "an integer from 0 to 19"),
         ("DEVS_DATABASE_URL", "mysql://u:pw@h/d", "must start with postgresql://"),
         ("DEVS_DB", "a\x00b", "without control characters"),
+        ("DEVS_API_TOKEN", "   ", "is blank; a token is at least 16"),
+        ("DEVS_API_TOKEN", "short-token", "has 11 characters"),
+        ("DEVS_API_TOKEN", "sixteen chars ok", "has spaces"),
+        ("DEVS_API_TOKEN", " 0123456789abcdef", "has spaces"),
+        ("DEVS_API_TOKEN", "0123456789abcdeé", "non-ASCII"),
     ],
 )
 def test_a_bad_value_is_refused_naming_its_variable(

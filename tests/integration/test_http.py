@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from devs.adapters.config import Settings, open_service
 from devs.adapters.http import create_app
-from devs.domain import RecoveryService
+from devs.domain import InvalidInput, RecoveryService
 from tests.helpers import event_count
 
 TOKEN = "test-token-0123456789"
@@ -451,3 +451,12 @@ def test_the_position_header_is_the_last_event_each_command_wrote(
     assert written == event_count(db_path) - 1
     again = client.post("/tasks/t1/entropy", json={"score": 0.1}, headers=keyed)
     assert int(again.headers["X-Devs-Position"]) == event_count(db_path)
+
+
+def test_create_app_refuses_a_token_that_cannot_be_one(
+    service: RecoveryService,
+) -> None:
+    for token in ("", "   ", "short", "with space 0123456789"):
+        with pytest.raises(InvalidInput, match="DEVS_API_TOKEN") as refused:
+            create_app(service, token=token)
+        assert refused.value.field == "token"
