@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from contextvars import ContextVar
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from pydantic import SecretStr, ValidationError, field_validator
@@ -44,7 +43,7 @@ from pydantic_settings import (
 )
 
 from devs.domain.errors import InvalidInput
-from devs.domain.policy import EnvironSource, Policy
+from devs.domain.policy import EnvironSettings, Policy
 from devs.domain.ports import (
     DEFAULT_READ_WAIT,
     PROJECTIONS_KEY,
@@ -101,14 +100,7 @@ class Projections(StrEnum):
     EXTERNAL = "external"  # other processes (``devs project``)
 
 
-# The mapping Settings.from_environ() is reading (settings_customise_sources,
-# a classmethod called from __init__, has no other way to receive it).
-_environ: ContextVar[Mapping[str, str] | None] = ContextVar(
-    "devs_settings_environ", default=None
-)
-
-
-class Settings(BaseSettings):
+class Settings(EnvironSettings):
     """The service's settings: ``Settings()`` reads ``os.environ``,
     ``Settings.from_environ(mapping)`` a mapping, ``Settings(db=...)`` takes
     values in code (those win over the environment). Invalid values are
@@ -151,16 +143,7 @@ class Settings(BaseSettings):
         # Values in code, then the environment (exactly DEVS_<FIELD>, read with
         # the mapping's get: eventsourcing's Environment tries its
         # application-prefixed name first). No .env or secrets files.
-        return (init_settings, EnvironSource(settings_cls, _environ.get()))
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Self:
-        """The settings from ``environ`` (default: ``os.environ``)."""
-        token = _environ.set(environ)
-        try:
-            return cls()
-        finally:
-            _environ.reset(token)
+        return (init_settings, cls.environ_source(settings_cls))
 
     @field_validator("db", mode="before")
     @classmethod

@@ -176,12 +176,33 @@ class EnvironSource(PydanticBaseSettingsSource):
         return found
 
 
-# The mapping PolicySettings.from_environ() is reading; settings_customise_sources
-# (a classmethod, called from __init__) has no other way to receive it.
+# The mapping from_environ() is reading; settings_customise_sources (a
+# classmethod, called from __init__) has no other way to receive it.
 _environ: ContextVar[Mapping[str, str] | None] = ContextVar("environ", default=None)
 
 
-class PolicySettings(BaseSettings, Thresholds):
+class EnvironSettings(BaseSettings):
+    """Settings read from the environment or, by :meth:`from_environ`, from a
+    mapping (:class:`EnvironSource`, which :meth:`environ_source` gives)."""
+
+    @classmethod
+    def environ_source(
+        cls, settings_cls: type[BaseSettings]
+    ) -> PydanticBaseSettingsSource:
+        """The variables of the mapping being read (default: ``os.environ``)."""
+        return EnvironSource(settings_cls, _environ.get())
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Self:
+        """The settings from ``environ`` (default: ``os.environ``)."""
+        token = _environ.set(environ)
+        try:
+            return cls()
+        finally:
+            _environ.reset(token)
+
+
+class PolicySettings(EnvironSettings, Thresholds):
     """The policy as the environment sets it.
 
     ``PolicySettings()`` reads ``os.environ``;
@@ -203,16 +224,7 @@ class PolicySettings(BaseSettings, Thresholds):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The environment only: no .env or secrets files, and a Policy built in
         # code is a Policy(...), not settings.
-        return (EnvironSource(settings_cls, _environ.get()),)
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Self:
-        """The settings from ``environ`` (default: ``os.environ``)."""
-        token = _environ.set(environ)
-        try:
-            return cls()
-        finally:
-            _environ.reset(token)
+        return (cls.environ_source(settings_cls),)
 
     @field_validator("*", mode="wrap")
     @classmethod
