@@ -437,18 +437,10 @@ class Served:
         self._service = service if isinstance(service, RecoveryService) else None
         self.writer = Writer()
         self._read_wait = read_wait
-        self._on_loop: bool | None = None
-
-    @property
-    def on_loop(self) -> bool:
-        """Whether the loop may run a command itself (under ``NO_WAIT``):
-        on SQLite, whose waits can be turned off; on PostgreSQL every
-        command goes to the writer."""
-        if self._on_loop is None:
-            self._on_loop = backend_of(self.service) is not Backend.POSTGRES
-            if not self._on_loop:
-                self.writer.size = POSTGRES_WRITERS
-        return self._on_loop
+        self.on_loop = False
+        """Whether the loop may run a command itself (under ``NO_WAIT``): on
+        SQLite, whose waits can be turned off; on PostgreSQL every command
+        goes to the writer. Decided by :meth:`open`, with the writer's size."""
 
     @property
     def read_wait(self) -> float:
@@ -466,11 +458,14 @@ class Served:
         return self._service
 
     def open(self) -> RecoveryService | None:
-        """Open the service if the app was given a callable; what it opened."""
-        if self._open is None or self._service is not None:
-            return None
-        self._service = self._open()
-        return self._service
+        """Open the service if the app was given a callable (what it opened,
+        else ``None``), and decide by its backend where commands run."""
+        opened = None
+        if self._open is not None and self._service is None:
+            self._service = opened = self._open()
+        self.on_loop = backend_of(self.service) is not Backend.POSTGRES
+        self.writer.size = 1 if self.on_loop else POSTGRES_WRITERS
+        return opened
 
     async def command(
         self,
