@@ -193,6 +193,20 @@ def test_serving_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
     assert not (tmp_path / "x.sqlite").exists()
 
 
+def _serve_once(
+    db: Path, env: dict[str, str], *options: str
+) -> subprocess.CompletedProcess[str]:
+    """``devs serve`` that is expected to refuse to start: its result."""
+    return subprocess.run(
+        [DEVS, "--db", str(db), "serve", "--port", str(free_port()), *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+        check=False,
+    )
+
+
 @pytest.mark.parametrize(
     ("token", "words"),
     [("   ", "is blank"), ("short-secret", "has 12 characters")],
@@ -201,13 +215,8 @@ def test_a_blank_or_short_token_is_refused_at_start(
     tmp_path: Path, token: str, words: str
 ) -> None:
     """A blank token let ``Authorization: Bearer`` and blanks through."""
-    result = subprocess.run(
-        [DEVS, "--db", str(tmp_path / "x.sqlite"), "serve", "--host", "0.0.0.0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "DEVS_API_TOKEN": token},
-        check=False,
+    result = _serve_once(
+        tmp_path / "x.sqlite", {"DEVS_API_TOKEN": token}, "--host", "0.0.0.0"
     )
     assert result.returncode == 6, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -249,17 +258,6 @@ def test_a_bad_worker_niceness_is_refused_in_one_line(
     assert len(lines) == 1
     assert "DEVS_WORKER_NICENESS must be an integer from 0 to 19" in lines[0]
     assert repr(value) in lines[0]
-
-
-def _serve_once(db: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [DEVS, "--db", str(db), "serve", "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **env},
-        check=False,
-    )
 
 
 def test_a_store_that_cannot_be_opened_is_one_line_and_exit_9(
