@@ -45,7 +45,6 @@ import uvicorn
 
 from devs.adapters.config import (
     DEFAULT_NICENESS,
-    NICENESS_ENV,
     PROJECTIONS_ENV,
     Projections,
     Settings,
@@ -55,13 +54,6 @@ from devs.adapters.config import (
 APP = "devs.adapters.http:app_from_env"
 RESTART_PAUSE = 1.0
 """A worker that died sooner after its start is started again this late."""
-
-
-def worker_niceness(value: str | None) -> int:
-    """``DEVS_WORKER_NICENESS``: how much nicer than the projector process
-    the workers run, an integer in [0, 19] (default 5); ``InvalidInput``
-    otherwise (:class:`devs.adapters.config.Settings` checks it)."""
-    return Settings.from_environ({NICENESS_ENV: value or ""}).worker_niceness
 
 
 def listening_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devs.adapters.config import DEFAULT_NICENESS
-from devs.adapters.serving import listening_socket, worker_niceness
+from devs.adapters.config import DEFAULT_NICENESS, Settings
+from devs.adapters.serving import listening_socket
 from tests.e2e.test_serve import DEVS, Server, free_port
 from tests.helpers import wait_until
 
@@ -61,7 +61,8 @@ def niceness(pid: int) -> int:
     [(None, DEFAULT_NICENESS), ("", DEFAULT_NICENESS), ("0", 0), (" 19 ", 19)],
 )
 def test_worker_niceness_reads_the_setting(value: str | None, expected: int) -> None:
-    assert worker_niceness(value) == expected
+    environ = {} if value is None else {"DEVS_WORKER_NICENESS": value}
+    assert Settings.from_environ(environ).worker_niceness == expected
 
 
 def listening_inodes(port: int) -> set[str]:
