@@ -60,6 +60,7 @@ from devs.domain.commands import Written
 from devs.domain.errors import error_of_kind
 from devs.domain.names import ResolutionValue
 from devs.domain.service import RecoveryApi
+from devs.domain.values import valid_position
 
 KEY_HEADER = "Idempotency-Key"
 POSITION_HEADER = "X-Devs-Position"
@@ -208,12 +209,7 @@ class HttpRecoveryClient:
         """Within this block, queries wait (``X-Devs-After``) until the read
         models folded log position ``position`` instead of the highest
         position this client's commands reached; ``None``: as outside."""
-        if position is not None and (
-            isinstance(position, bool) or not isinstance(position, int) or position < 0
-        ):
-            msg = f"position must be a non-negative integer, got {position!r:.40}"
-            raise InvalidInput(msg, field="position")
-        token = _AFTER.set(position)
+        token = _AFTER.set(None if position is None else valid_position(position))
         try:
             yield
         finally:

@@ -107,6 +107,7 @@ from devs.domain.values import (
     Strategy,
     TaskId,
     Version,
+    valid_position,
     validated,
 )
 
@@ -630,7 +631,7 @@ class RecoveryService(TaskCommands, Audits):
         not for the end of the log, so other clients' writes never hold them
         up. ``None``: as outside the block (the end of the log as it is
         now)."""
-        return _reading(None if position is None else _position(position))
+        return _reading(None if position is None else valid_position(position))
 
     @api
     def wait_for(
@@ -694,11 +695,6 @@ class RecoveryService(TaskCommands, Audits):
     def _require_task(self, task_id: str) -> None:
         self._fresh()
         _found(self.read_models.task_entry(task_id), task_id)
-
-
-@validated
-def _position(position: Position) -> int:
-    return position
 
 
 @contextmanager

@@ -104,6 +104,7 @@ __all__ = [
     "Wording",
     "cut",
     "parse_time",
+    "valid_position",
     "validated",
 ]
 
@@ -845,3 +846,10 @@ def validated(func: Callable[P, R]) -> Callable[P, R]:
         return call(*args_, **kwargs_)
 
     return wrapper
+
+
+@validated
+def valid_position(position: Position) -> int:
+    """``position`` checked as a log position: ``InvalidInput`` (field
+    ``position``) otherwise."""
+    return position
