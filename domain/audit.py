@@ -600,9 +600,13 @@ class Audits:
     def _export(self, task_ids: Sequence[str] | None) -> Iterator[dict[str, Any]]:
         """The audit record, one JSON-ready line at a time, streamed: a
         header naming the format, each task's events in order, then a
-        trailer with every task's event count and chain head."""
+        trailer with every task's event count and chain head.
+
+        Tasks come in task-id order (Python's string order, the same on
+        every backend and whatever order they were named, created or last
+        changed in): two exports of one log list them alike."""
         chosen = self._examined(task_ids, None)  # unknown ids refused now
-        return self._export_lines(chosen)
+        return self._export_lines(sorted(chosen))
 
     def _export_lines(self, chosen: Sequence[str]) -> Iterator[dict[str, Any]]:
         yield {"format": EXPORT_FORMAT, "version": EXPORT_VERSION}

@@ -47,16 +47,44 @@ HumanActionValue = Literal["resume", "rewind", "skip", "claim", "resolve"]
 
 
 class NotificationKind(StrEnum):
-    """Something a human should see (``notifications()``)."""
+    """Something a human should see (``notifications()``): the ``kind`` of a
+    notification, in one style, UPPER_SNAKE_CASE (``KIND_STYLE``), as seed
+    002 spells ``USER_ESCALATION``.
+
+    Release 0.1.0 called a blocked attempt ``task:blacklisted_strategy_attempted``
+    (seed 004's name for the event it emits): that name is still read as
+    :attr:`BLACKLISTED_STRATEGY_ATTEMPTED` (``NotificationKind(old)``, and a
+    ``Notification`` parsed from an older server's JSON), never written.
+    """
 
     USER_ESCALATION = "USER_ESCALATION"
     TASK_PAUSED = "TASK_PAUSED"
     HAND_OFF_REQUIRED = "HAND_OFF_REQUIRED"
-    BLACKLISTED_STRATEGY_ATTEMPTED = "task:blacklisted_strategy_attempted"
+    BLACKLISTED_STRATEGY_ATTEMPTED = "BLACKLISTED_STRATEGY_ATTEMPTED"
+
+    @classmethod
+    def _missing_(cls, value: object) -> NotificationKind | None:
+        return OLD_NOTIFICATION_KINDS.get(value) if isinstance(value, str) else None
+
+
+OLD_NOTIFICATION_KINDS: dict[str, NotificationKind] = {
+    "task:blacklisted_strategy_attempted": (
+        NotificationKind.BLACKLISTED_STRATEGY_ATTEMPTED
+    ),
+}
+"""Notification kinds an older release sent, each with the kind it is now."""
+
+KIND_STYLE = r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*"
+"""The one style of a notification kind: UPPER_SNAKE_CASE."""
 
 
 class LogEvent(StrEnum):
-    """The ``event`` of a line on the ``devs.decisions`` logger."""
+    """The ``event`` of a line on the ``devs.decisions`` logger.
+
+    A blocked attempt's line keeps seed 004's name,
+    ``task:blacklisted_strategy_attempted`` (the event it says to emit, which
+    log searches and alerts match), while its notification's kind is
+    ``BLACKLISTED_STRATEGY_ATTEMPTED`` (:class:`NotificationKind`)."""
 
     TASK_STARTED = "TASK_STARTED"
     ATTEMPT_BEGAN = "ATTEMPT_BEGAN"

@@ -233,7 +233,16 @@ class Stop(Value):
     """A stop for a human: at the input of this version."""
 
     version: int
+    """The version of the input it answered: where the two courses are
+    compared."""
     kind: StopKind
+    event: str
+    """The event ``devs history`` shows for it: the stop itself when it was
+    recorded (``Escalated``, one version after the ``GateFailed`` it
+    answered); in a what-if course, the recorded input it would have
+    followed (``GateFailed``)."""
+    event_version: int
+    """That event's version."""
 
 
 class Course(Value):
@@ -329,7 +338,14 @@ def what_if(events: Sequence[Any], policy: Policy) -> TaskWhatIf:
                 failures += 1
             kind = STOPS.get(type(produced))
             if kind is not None:
-                stops.append(Stop(version=version, kind=kind))
+                stops.append(
+                    Stop(
+                        version=version,
+                        kind=kind,
+                        event=type(event).__name__,
+                        event_version=version,
+                    )
+                )
                 if first_human is None:
                     first_human = failures
     alternative = Course(
@@ -371,7 +387,14 @@ def _course_recorded(events: Sequence[Any]) -> Course:
             failures += 1
         kind = STOPS.get(type(event))
         if kind is not None:
-            stops.append(Stop(version=input_version, kind=kind))
+            stops.append(
+                Stop(
+                    version=input_version,
+                    kind=kind,
+                    event=type(event).__name__,
+                    event_version=event.originator_version,
+                )
+            )
             if first_human is None:
                 first_human = failures
     return Course(
@@ -383,20 +406,23 @@ def _changes(
     recorded: Course, alternative: Course, cut_at: int | None
 ) -> tuple[str, ...]:
     """Where the two courses part, in words: stops at other versions, stops
-    one of them never made."""
+    one of them never made. Each version is named with the event a reader
+    finds there in ``devs history``: a recorded stop by its own event
+    (``Escalated at version 5``), a what-if one by the recorded input it
+    would have followed (``after GateFailed at version 4``)."""
     lines: list[str] = []
     for kind in ("escalation", "pause", "hand_off"):
-        was = [s.version for s in recorded.stops if s.kind == kind]
-        would = [s.version for s in alternative.stops if s.kind == kind]
-        if was == would:
+        was = [s for s in recorded.stops if s.kind == kind]
+        would = [s for s in alternative.stops if s.kind == kind]
+        if [s.version for s in was] == [s.version for s in would]:
             continue
         name = kind.replace("_", "-")
         if was and would:
-            lines.append(f"{name}s at {_versions(would)} instead of {_versions(was)}")
+            lines.append(f"{name}s after {_events(would)} instead of {_events(was)}")
         elif would:
-            lines.append(f"{name}s at {_versions(would)} (none recorded)")
+            lines.append(f"{name}s after {_events(would)} (none recorded)")
         else:
-            lines.append(f"no {name} (recorded at {_versions(was)})")
+            lines.append(f"no {name} (recorded: {_events(was)})")
     if cut_at is not None:
         lines.append(
             f"handed off before version {cut_at}: the recorded history from "
@@ -407,6 +433,19 @@ def _changes(
             f"ends {alternative.final_state} instead of {recorded.final_state}"
         )
     return tuple(lines)
+
+
+def _events(stops: Sequence[Stop]) -> str:
+    """``GateFailed at versions 3, 4 and BlacklistedStrategyAttempted at
+    version 7``: the stops' events, a run of one name at a time."""
+    runs: list[tuple[str, list[int]]] = []
+    for stop in stops:
+        if runs and runs[-1][0] == stop.event:
+            runs[-1][1].append(stop.event_version)
+        else:
+            runs.append((stop.event, [stop.event_version]))
+    parts = [f"{event} at {_versions(versions)}" for event, versions in runs]
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
 
 
 def _versions(versions: Sequence[int]) -> str:

@@ -5,6 +5,7 @@ and the escalation block."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -57,7 +58,10 @@ def test_what_if_and_replay_check(devs: Devs) -> None:
     out = devs("what-if", "--escalation-threshold", "2").stdout
     assert "what if: escalate at 2, hand off at 5" in out
     assert "1 task(s), 8 event(s) re-decided; 1 would have gone otherwise" in out
-    assert "escalations at versions 5, 7 instead of version 7" in out
+    assert (
+        "escalations after GateFailed at versions 5, 7 instead of Escalated at "
+        "version 8"
+    ) in out
     report = devs.json("what-if", "--handoff-threshold", "3", "--task", "t")
     assert report["what_if"]["handoffs"] == 1
     assert report["recorded"]["handoffs"] == 0
@@ -67,6 +71,35 @@ def test_what_if_and_replay_check(devs: Devs) -> None:
     assert_one_line_error(bad, "--entropy-threshold")
     bad = devs("what-if", "--escalation-threshold", "0", code=BAD_INPUT)
     assert_one_line_error(bad, "--escalation-threshold: Input should be greater")
+
+
+def test_what_if_names_the_events_history_shows(devs: Devs) -> None:
+    """Each version ``devs what-if`` names is named with the event ``devs
+    history`` shows at it: a recorded escalation by its ``Escalated`` (one
+    version after the ``GateFailed`` it answered), a what-if one by the
+    ``GateFailed`` it would have followed."""
+    _loop(devs)
+    devs("attempt", "t", "retry the download")
+    devs("gate", "run", "t", "--", "false", code=ESCALATED)
+    shown: dict[int, str] = {}
+    for line in devs("history", "t").stdout.splitlines():
+        version, _, _, event = line.split()[:4]
+        shown[int(version.removeprefix("v"))] = event
+    assert shown[7] == "GateFailed"
+    assert shown[8] == "Escalated"
+    named: list[tuple[str, int]] = []
+    for policy in (("--escalation-threshold", "2"), ("--escalation-threshold", "4")):
+        out = devs("what-if", *policy).stdout
+        changes = [line for line in out.splitlines() if line.startswith("  - ")]
+        assert changes, out
+        for change in changes:
+            for event, versions in re.findall(
+                r"(\w+) at versions? (\d+(?:, \d+)*)", change
+            ):
+                named += [(event, int(v)) for v in versions.split(", ")]
+    assert ("Escalated", 8) in named
+    assert ("GateFailed", 5) in named
+    assert [(e, v) for e, v in named if shown.get(v) != e] == []
 
 
 def test_replay_check_over_the_fixture_of_this_release(tmp_path: Path) -> None:
@@ -145,6 +178,18 @@ def test_export_and_verify_export(devs: Devs, tmp_path: Path) -> None:
     )
     report = devs.json("verify-export", str(out), code=RETRY)
     assert report["ok"] is False
+
+
+def test_export_lists_tasks_in_task_id_order(devs: Devs, tmp_path: Path) -> None:
+    """Started z, a, m: exported (and listed) a, m, z, the file as printed."""
+    for task_id in ("z", "a", "m"):
+        devs("task", "start", task_id)
+    out = tmp_path / "audit.jsonl"
+    printed = devs("export", "--output", str(out)).stdout.splitlines()
+    assert [line.split(":")[0].strip() for line in printed[1:]] == ["a", "m", "z"]
+    lines = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert [line["task_id"] for line in lines[1:-1]] == ["a", "m", "z"]
+    assert list(lines[-1]["tasks"]) == ["a", "m", "z"]
 
 
 def test_an_old_database_exports_unchained(tmp_path: Path) -> None:

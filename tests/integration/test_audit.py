@@ -217,6 +217,30 @@ def test_export_and_verify_it_offline(
         service.export(["nope"])  # refused at once, before any line
 
 
+def test_an_export_lists_its_tasks_in_task_id_order(
+    make_service: MakeService,
+) -> None:
+    """Created out of order, then changed out of order again (the task index
+    lists the least recently changed first): the export is in task-id order,
+    its events and its trailer alike, whether all tasks or some are asked
+    for, in any order."""
+    service = make_service()
+    for task_id in ("m", "b10", "z", "b2", "a"):
+        service.start_task(task_id)
+    for task_id in ("a", "m", "b2"):
+        service.record_gate(task_id, 1)
+
+    def order(lines: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+        events = list(dict.fromkeys(line["task_id"] for line in lines[1:-1]))
+        return events, list(lines[-1]["tasks"])
+
+    everything = ["a", "b10", "b2", "m", "z"]
+    assert order(list(service.export())) == (everything, everything)
+    assert order(list(service.export())) == (everything, everything)
+    named = order(list(service.export(["z", "b2", "a", "z"])))
+    assert named == (["a", "b2", "z"], ["a", "b2", "z"])
+
+
 def _exported(service: RecoveryService) -> list[bytes]:
     return [orjson.dumps(line) for line in service.export()]
 
@@ -321,7 +345,10 @@ def test_what_if_writes_nothing_and_filters(make_service: MakeService) -> None:
     assert report.tasks == 3
     [changed] = report.changed
     assert changed.task_id == "t"
-    assert changed.changes[0] == "escalations at versions 5, 7 instead of version 7"
+    assert changed.changes[0] == (
+        "escalations after GateFailed at versions 5, 7 instead of Escalated at "
+        "version 8"
+    )
     assert service.what_if(Policy(), task_ids=["t"]).changed == []
     assert service.what_if(Policy(), run_id="r").tasks == 1
     with pytest.raises(UnknownTask):

@@ -71,7 +71,7 @@ def test_the_whole_ladder(make_service: MakeService) -> None:
     assert service.handoff_queue() == []
     assert service.run_state("r").ready == ("u",)
     kinds = [n.kind for n in service.notifications()]
-    assert kinds[0] == "task:blacklisted_strategy_attempted"
+    assert kinds[0] == "BLACKLISTED_STRATEGY_ATTEMPTED"
     assert kinds[-1] == "HAND_OFF_REQUIRED"
     assert "USER_ESCALATION" in kinds
     history = service.history("t")

@@ -101,7 +101,7 @@ def test_second_attempt_with_a_failed_strategy_is_blocked(
     [session] = tasks.pending_sessions()
     assert session.reason == "blacklisted_strategy"
     kinds = [n.kind for n in tasks.notifications()]
-    assert kinds == ["task:blacklisted_strategy_attempted", "TASK_PAUSED"]
+    assert kinds == ["BLACKLISTED_STRATEGY_ATTEMPTED", "TASK_PAUSED"]
 
 
 def test_blocked_attempt_decision(tasks: RecoveryService) -> None:
