@@ -60,7 +60,7 @@ from devs.domain.commands import Written
 from devs.domain.errors import error_of_kind
 from devs.domain.names import ResolutionValue
 from devs.domain.service import RecoveryApi
-from devs.domain.values import valid_position
+from devs.domain.values import Limit, Position, TaskId, valid_position, validated
 
 KEY_HEADER = "Idempotency-Key"
 POSITION_HEADER = "X-Devs-Position"
@@ -208,7 +208,9 @@ class HttpRecoveryClient:
     def reading_after(self, position: int | None) -> Iterator[None]:
         """Within this block, queries wait (``X-Devs-After``) until the read
         models folded log position ``position`` instead of the highest
-        position this client's commands reached; ``None``: as outside."""
+        position this client's commands reached; ``None``: as outside. A
+        position past the end of the server's log: ``PositionNotRecorded``
+        at once."""
         token = _AFTER.set(None if position is None else valid_position(position))
         try:
             yield
@@ -219,7 +221,10 @@ class HttpRecoveryClient:
         """Wait until the server's read models folded log position
         ``position``, at most ``timeout`` seconds and never longer than the
         server's ``DEVS_READ_WAIT`` (its default); the position they reached
-        (``GET /position``). ``NotCaughtUp`` when the wait runs out."""
+        (``GET /position``). ``NotCaughtUp`` when the wait runs out;
+        ``PositionNotRecorded`` at once (the server's 422
+        ``position_not_recorded``) when ``position`` is past the end of the
+        server's log."""
         params: dict[str, Any] = {"after": position}
         if timeout is not None:
             params["timeout"] = timeout
@@ -399,9 +404,24 @@ class HttpRecoveryClient:
         return self._query(path, _adapter(TaskAudit), params=params)  # type: ignore[no-any-return]
 
     def tasks(
-        self, *, state: str | None = None, run_id: str | None = None
+        self,
+        *,
+        state: str | None = None,
+        run_id: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
     ) -> list[TaskIndexEntry]:
-        params = {k: v for k, v in (("state", state), ("run_id", run_id)) if v}
+        """As the service's: ordered by task id, those after ``after``, at
+        most ``limit`` (``after_task_id`` and ``limit`` over HTTP); a page
+        shorter than ``limit`` is the last."""
+        _task_page(after, limit)  # refused here, named as in process
+        given = (
+            ("state", state),
+            ("run_id", run_id),
+            ("after_task_id", after),
+            ("limit", limit),
+        )
+        params = {name: value for name, value in given if value is not None}
         return self._query("/tasks", _adapter(list[TaskIndexEntry]), params=params)  # type: ignore[no-any-return]
 
     def gate_status(self, task_id: str) -> GateStatus:
@@ -468,9 +488,17 @@ def _adapter(kind: Any) -> TypeAdapter[Any]:
     return TypeAdapter(kind)
 
 
-def _page(after: int, limit: int | None) -> dict[str, Any]:
-    """The query of a page of a task's events (history, audit)."""
+@validated
+def _page(after: Position, limit: Limit | None) -> dict[str, Any]:
+    """The query of a page of a task's events (history, audit); a bad value
+    refused here, named as the service names it (``after``, not the query's
+    ``after_version``)."""
     return {"after_version": after, **({} if limit is None else {"limit": limit})}
+
+
+@validated
+def _task_page(after: TaskId | None, limit: Limit | None) -> None:
+    """A page of the task list, checked as the service checks it."""
 
 
 def _segment(value: str) -> str:

@@ -8,7 +8,8 @@ URL and no file; this module does.
 
 - :class:`Settings` (pydantic-settings) reads ``DEVS_DB``,
   ``DEVS_DATABASE_URL``, ``DEVS_READ_WAIT``, ``DEVS_PROJECTIONS``,
-  ``DEVS_API_TOKEN`` and ``DEVS_WORKER_NICENESS`` from the environment (or
+  ``DEVS_API_TOKEN``, ``DEVS_WORKER_NICENESS``, ``DEVS_STORE_TIMEOUT`` and
+  ``DEVS_ACCESS_LOG`` from the environment (or
   from a mapping, :meth:`Settings.from_environ`), each validated once: a bad
   value is ``InvalidInput`` naming the variable, never its secret.
 - :func:`open_service` opens a service from settings (default: the
@@ -61,6 +62,10 @@ READ_WAIT_ENV = READ_WAIT_KEY
 PROJECTIONS_ENV = PROJECTIONS_KEY
 TOKEN_ENV = "DEVS_API_TOKEN"
 NICENESS_ENV = "DEVS_WORKER_NICENESS"
+STORE_TIMEOUT_ENV = "DEVS_STORE_TIMEOUT"
+DEFAULT_STORE_TIMEOUT = 5.0
+MAX_STORE_TIMEOUT = 60.0
+ACCESS_LOG_ENV = "DEVS_ACCESS_LOG"
 DEFAULT_NICENESS = 5
 MAX_NICENESS = 19
 MEMORY = ":memory:"
@@ -124,6 +129,13 @@ class Settings(EnvironSettings):
     worker_niceness: int = DEFAULT_NICENESS
     """``DEVS_WORKER_NICENESS``: how much nicer than the projector the
     workers of ``devs serve`` run on PostgreSQL, in [0, 19]."""
+    store_timeout: float = DEFAULT_STORE_TIMEOUT
+    """``DEVS_STORE_TIMEOUT``: on PostgreSQL, the longest a command or a
+    query waits in all for a connection to the database, in seconds in
+    (0, 60]; past it, the store is unavailable (HTTP 503)."""
+    access_log: bool = False
+    """``DEVS_ACCESS_LOG``: ``devs serve`` logs each request (``1``/``on``/
+    ``true`` or ``0``/``off``/``false``)."""
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -229,6 +241,41 @@ class Settings(EnvironSettings):
         )
         raise ValueError(msg)
 
+    @field_validator("store_timeout", mode="before")
+    @classmethod
+    def _store_timeout(cls, value: Any) -> Any:
+        if value is None or value == "":
+            return DEFAULT_STORE_TIMEOUT
+        try:
+            wait = float(value)
+        except (TypeError, ValueError):
+            wait = -1.0
+        if not 0 < wait <= MAX_STORE_TIMEOUT:  # NaN too
+            msg = (
+                f"{STORE_TIMEOUT_ENV} must be a number of seconds in "
+                f"(0, {MAX_STORE_TIMEOUT:g}], got {_shown(value)}"
+            )
+            raise ValueError(msg)
+        return wait
+
+    @field_validator("access_log", mode="before")
+    @classmethod
+    def _access_log(cls, value: Any) -> Any:
+        if value is None or value == "":
+            return False
+        if isinstance(value, bool):
+            return value
+        text = value.strip().lower() if isinstance(value, str) else None
+        if text in SWITCH_ON:
+            return True
+        if text in SWITCH_OFF:
+            return False
+        msg = (
+            f"{ACCESS_LOG_ENV} must be on or off (1, true, yes, on / 0, false, "
+            f"no, off), got {_shown(value)}"
+        )
+        raise ValueError(msg)
+
     @property
     def backend(self) -> Backend:
         """Which backend these settings open."""
@@ -256,8 +303,12 @@ class Settings(EnvironSettings):
             DATABASE_URL_ENV: url.get_secret_value() if url is not None else "",
             READ_WAIT_ENV: repr(self.read_wait),
             PROJECTIONS_ENV: str(self.projections),
+            STORE_TIMEOUT_ENV: repr(self.store_timeout),
         }
 
+
+SWITCH_ON = frozenset({"1", "true", "yes", "on"})
+SWITCH_OFF = frozenset({"0", "false", "no", "off"})
 
 TOKEN_MIN = 16
 """The fewest characters an API token may have."""
@@ -481,6 +532,7 @@ def assemble(environ: Mapping[str, str]) -> dict[str, str]:
     assembled.update(store)
     assembled[READ_WAIT_ENV] = repr(settings.read_wait)
     assembled[PROJECTIONS_ENV] = str(settings.projections)
+    assembled[STORE_TIMEOUT_ENV] = repr(settings.store_timeout)
     return assembled
 
 

@@ -26,9 +26,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hmac
+import logging
+import math
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import asynccontextmanager
 from importlib import metadata
 from queue import SimpleQueue
@@ -38,6 +42,7 @@ import orjson
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -73,17 +78,28 @@ from devs.domain import (
     StoreError,
     TaskIndexEntry,
     TaskSummary,
+    UnknownRun,
+    UnknownTask,
+    UnreadableEvent,
     Verification,
 )
 from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import NO_WAIT, WouldWait
 from devs.domain.names import ResolutionValue
 from devs.domain.redaction import redact
-from devs.domain.values import parse_time
+from devs.domain.values import Limit, Position, TaskId, parse_time, validated
 
 VERSION = metadata.version("devs-recovery")
 STREAM_POLL = 0.25  # seconds between looks at the log for new notifications
 STREAM_HEARTBEAT = 15.0  # seconds between comment lines on a quiet stream
+STREAM_RETRY = 1.0  # seconds between looks at a store that is unavailable
+READY_WAIT = 1.0
+"""The longest ``/readyz`` waits for its answer: a load balancer's probe gets
+one within about a second, whatever the store does."""
+STORE_RETRY_AFTER = 1.0
+"""``Retry-After`` of a 503 whose error does not say when to ask again (a
+SQLite database locked past its timeout)."""
+logger = logging.getLogger(__name__)
 POSITION_HEADER = "X-Devs-Position"
 AFTER_HEADER = "X-Devs-After"
 KEY_HEADER = "Idempotency-Key"
@@ -97,7 +113,9 @@ AfterHeaderValue = Annotated[
 ]
 RunQuery = Annotated[str | None, Query(description="only the tasks of this run")]
 AfterVersionQuery = Annotated[int, Query(description="start after this version")]
-PageLimitQuery = Annotated[int | None, Query(description="at most this many events")]
+PageLimitQuery = Annotated[
+    int | None, Query(description="at most this many events (1 to 10,000)")
+]
 SinceQuery = Annotated[
     str | None,
     Query(
@@ -233,6 +251,9 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     ready: bool
     position: int = Field(description="the log position the read models reached")
+    reason: str | None = Field(
+        default=None, description="why the service is not ready (when it is not)"
+    )
 
 
 class ReadPosition(BaseModel):
@@ -256,7 +277,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "missing or wrong API token"),
         (404, "unknown task or run"),
         (409, "illegal transition, already exists, or lost conflict"),
-        (422, "a bad value; nothing was written"),
+        (415, "a body not sent as JSON (Content-Type: application/json)"),
+        (422, "a bad value, or a position past the log's end; nothing was written"),
         (503, "the store cannot be used"),
         (504, "a read-your-writes wait ran out"),
     )
@@ -441,6 +463,45 @@ class Served:
         """Whether the loop may run a command itself (under ``NO_WAIT``): on
         SQLite, whose waits can be turned off; on PostgreSQL every command
         goes to the writer. Decided by :meth:`open`, with the writer's size."""
+        self._prober: ThreadPoolExecutor | None = None
+        self._probe: Future[Readiness] | None = None
+        self._probe_lock = threading.Lock()
+
+    def readiness(self, timeout: float = READY_WAIT) -> Readiness:
+        """Whether the store answers and the read models caught up with the
+        log, known within ``timeout`` seconds: one probe runs at a time in a
+        thread of its own, and every request meanwhile waits for it (a store
+        that does not answer holds one thread, not one per request)."""
+        with self._probe_lock:
+            probe = self._probe
+            if probe is None or probe.done():
+                if self._prober is None:  # started again after a shutdown
+                    self._prober = ThreadPoolExecutor(1, "devs-ready")
+                probe = self._probe = self._prober.submit(self._ready)
+        try:
+            return probe.result(timeout)
+        except FutureTimeout:
+            reason = f"the store did not answer within {timeout:g} s"
+            known = last_store_failure(self.service)
+            if known is not None:
+                reason = f"{reason}; the last attempt to connect said: {known}"
+            return Readiness(ready=False, position=0, reason=redact(reason))
+
+    def _ready(self) -> Readiness:
+        try:
+            position = self.service.catch_up()
+        except (StoreError, NotCaughtUp) as error:
+            return Readiness(ready=False, position=0, reason=str(error))
+        return Readiness(ready=True, position=position)
+
+    def close(self) -> None:
+        """Stop the writer and the readiness probe (a probe still waiting
+        for the store is not waited for)."""
+        self.writer.close()
+        with self._probe_lock:
+            prober, self._prober, self._probe = self._prober, None, None
+        if prober is not None:
+            prober.shutdown(wait=False, cancel_futures=True)
 
     @property
     def read_wait(self) -> float:
@@ -567,8 +628,9 @@ def _read_after(
         raise InvalidInput(msg, field=field)
     try:
         served.service.wait_for(wanted, timeout=served.read_wait)
-    except InvalidInput as error:  # past the largest position there can be
-        raise InvalidInput(str(error), field=field) from None
+    except InvalidInput as error:  # past the log's end, or any there can be
+        error.field = field  # named as it was sent (its class kept)
+        raise
     return wanted
 
 
@@ -579,13 +641,33 @@ query runs in ``service.reading_after(position)``."""
 
 # ------------------------------------------------------------------ routers
 
-service_routes = APIRouter(tags=["service"])
-runs = APIRouter(tags=["runs"])
-tasks = APIRouter(tags=["tasks"])
-humans = APIRouter(tags=["humans"])
-audits = APIRouter(tags=["audit"])
-metrics = APIRouter(tags=["metrics"])
-notifications = APIRouter(tags=["notifications"])
+
+class HttpRoute(APIRoute):
+    """A route whose refusals say what to do in HTTP's words: an unknown task
+    or run names ``POST /tasks`` or ``POST /runs``, where the service's own
+    message names its Python method (``start_task()``, ``start_run()``)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def worded(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except UnknownTask as error:
+                raise UnknownTask(error.task_id, start_with="POST /tasks") from None
+            except UnknownRun as error:
+                raise UnknownRun(error.run_id, start_with="POST /runs") from None
+
+        return worded
+
+
+service_routes = APIRouter(tags=["service"], route_class=HttpRoute)
+runs = APIRouter(tags=["runs"], route_class=HttpRoute)
+tasks = APIRouter(tags=["tasks"], route_class=HttpRoute)
+humans = APIRouter(tags=["humans"], route_class=HttpRoute)
+audits = APIRouter(tags=["audit"], route_class=HttpRoute)
+metrics = APIRouter(tags=["metrics"], route_class=HttpRoute)
+notifications = APIRouter(tags=["notifications"], route_class=HttpRoute)
 ROUTERS = (service_routes, runs, tasks, humans, audits, metrics, notifications)
 """One router per resource; ``create_app`` includes them all."""
 
@@ -598,12 +680,12 @@ async def healthz() -> Health:
 
 @service_routes.get("/readyz", responses={503: {"model": Readiness}})
 def readyz(served: Devs) -> Any:
-    """The store is reachable and the read models caught up."""
-    try:
-        position = served.service.catch_up()
-    except (StoreError, NotCaughtUp):
-        return JSONResponse(Readiness(ready=False, position=0).model_dump(), 503)
-    return Readiness(ready=True, position=position)
+    """The store is reachable and the read models caught up: answered within
+    about a second (503 with the reason otherwise)."""
+    readiness = served.readiness()
+    if not readiness.ready:
+        return JSONResponse(readiness.model_dump(), 503)
+    return readiness
 
 
 @service_routes.get("/position", responses={504: {"model": ErrorBody}})
@@ -630,9 +712,15 @@ def read_position(
     ``timeout`` seconds and never longer than the server's read wait (a
     client cannot hold a worker's thread longer than any query may), and
     give the position they reached (504 ``not_caught_up`` when the wait runs
-    out): ``wait_for`` over HTTP."""
+    out; 422 ``position_not_recorded`` at once past the log's end):
+    ``wait_for`` over HTTP."""
     wait = served.read_wait if timeout is None else min(timeout, served.read_wait)
-    return ReadPosition(position=served.service.wait_for(after, timeout=wait))
+    try:
+        position = served.service.wait_for(after, timeout=wait)
+    except InvalidInput as error:  # past the log's end: named as sent
+        error.field = "after"
+        raise
+    return ReadPosition(position=position)
 
 
 # --------------------------------------------------------------------- runs
@@ -733,16 +821,73 @@ async def log_lesson(
     )
 
 
-@tasks.get("/tasks", operation_id="tasks_tasks_get")
+@tasks.get(
+    "/tasks",
+    operation_id="tasks_tasks_get",
+    responses={
+        200: {
+            "headers": {
+                "Link": {
+                    "description": (
+                        'the next page, `<…>; rel="next"`: only when there is one'
+                    ),
+                    "schema": {"type": "string"},
+                }
+            }
+        }
+    },
+)
 def list_tasks(
     served: Devs,
+    request: Request,
+    response: Response,
     position: ReadAfter,
     state: str | None = None,
     run_id: str | None = None,
+    after_task_id: Annotated[
+        str | None,
+        Query(
+            description=(
+                "only the tasks whose id sorts after this one (the last of the "
+                "page before; it need not name a task)"
+            )
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None, Query(description="at most this many tasks (1 to 10,000)")
+    ] = None,
 ) -> list[TaskIndexEntry]:
+    """Tasks, of one state and/or one run, ordered by task id, a page at a
+    time: a page with a next one carries ``Link: <…>; rel="next"``."""
+    _task_page(after_task_id, limit)
     chosen: Any = state  # the service says which states there are
-    with served.service.reading_after(position):
-        return served.service.tasks(state=chosen, run_id=run_id)
+    service = served.service
+    with service.reading_after(position):
+        found = service.tasks(
+            state=chosen, run_id=run_id, after=after_task_id, limit=limit
+        )
+        if limit is None or len(found) < limit or not found:
+            return found
+        last = found[-1].task_id
+        if service.tasks(state=chosen, run_id=run_id, after=last, limit=1):
+            following = request.url.include_query_params(after_task_id=last)
+            response.headers["Link"] = (
+                f'<{following.path}?{following.query}>; rel="next"'
+            )
+    return found
+
+
+@validated
+def _task_page(after_task_id: TaskId | None, limit: Limit | None) -> None:
+    """A page of the task list, checked as the query names it (the
+    service's own refusal would name ``after``, the read-your-writes
+    position over HTTP)."""
+
+
+@validated
+def _version_page(after_version: Position, limit: Limit | None) -> None:
+    """A page of a task's events, checked as the query names it (the
+    service's own refusal names ``after``)."""
 
 
 @tasks.get("/tasks/{task_id}")
@@ -777,6 +922,7 @@ def history(
     limit: PageLimitQuery = None,
 ) -> list[HistoryEntry]:
     """The audited history, a page at a time (read from the log)."""
+    _version_page(after_version, limit)
     return served.service.history(task_id, after=after_version, limit=limit)
 
 
@@ -796,6 +942,7 @@ def audit(
     """The replayed history, a page at a time, each event with its actor
     and its link in the task's hash chain, and the state of the whole
     chain (intact, unchained, broken)."""
+    _version_page(after_version, limit)
     return served.service.audit(task_id, after=after_version, limit=limit)
 
 
@@ -1031,7 +1178,7 @@ def create_app(
         try:
             yield
         finally:
-            served.writer.close()
+            served.close()
             if opened is not None:
                 opened.close()
 
@@ -1060,14 +1207,37 @@ def create_app(
 
 
 async def _devs_error(_: Request, error: DevsError) -> JSONResponse:
-    """A service error, as its class says (``kind``, ``http_status``)."""
+    """A service error, as its class says (``kind``, ``http_status``); a
+    store that cannot be used says when to ask again (``Retry-After``)."""
     field = error.field if isinstance(error, InvalidInput) else None
-    return error_response(error.http_status, error.kind, str(error), field)
+    answer = error_response(error.http_status, error.kind, str(error), field)
+    if isinstance(error, StoreError):
+        wait = getattr(error, "retry_after", None) or STORE_RETRY_AFTER
+        answer.headers["Retry-After"] = str(math.ceil(wait))
+    return answer
 
 
-async def _bad_request(_: Request, error: RequestValidationError) -> JSONResponse:
-    """A request FastAPI could not read: malformed JSON (400), or a bad value
-    (422) named by its parameter or field, never by where it was sent."""
+def last_store_failure(service: RecoveryService) -> str | None:
+    """What the last attempt to connect to the service's PostgreSQL database
+    said, if it failed (``None`` on SQLite)."""
+    if backend_of(service) is not Backend.POSTGRES:
+        return None
+    from devs.adapters.postgres import health_of
+
+    datastore = getattr(service.factory, "datastore", None)
+    health = health_of(datastore) if datastore is not None else None
+    failure = health.failure if health is not None else None
+    return failure.reason if failure is not None else None
+
+
+async def _bad_request(request: Request, error: RequestValidationError) -> JSONResponse:
+    """A request FastAPI could not read: a body not sent as JSON (415), an
+    empty body or one that is not a JSON object (422), malformed JSON (400),
+    or a bad value (422) named by its parameter or field, never by where it
+    was sent."""
+    refused = _refused_body(request, error)
+    if refused is not None:
+        return refused
     problems = error.errors()
     first = problems[0] if problems else {"loc": (), "msg": "bad request"}
     if first.get("type") == "json_invalid":
@@ -1080,6 +1250,79 @@ async def _bad_request(_: Request, error: RequestValidationError) -> JSONRespons
     return error_response(422, "invalid_input", detail, field)
 
 
+JSON_MEDIA_TYPE = "application/json"
+FORM_MEDIA_TYPE = "application/x-www-form-urlencoded"
+
+
+def _refused_body(
+    request: Request, error: RequestValidationError
+) -> JSONResponse | None:
+    """The refusal of a body wrong as a whole, saying what the route takes:
+    not sent as JSON (415 ``unsupported_media_type``: FastAPI reads a body as
+    JSON only when its ``Content-Type`` says so), empty (422, ``field`` the
+    first field required), JSON but not an object (422). ``None`` otherwise."""
+    route = request.scope.get("route")
+    where = f"{request.method} {request.url.path}"
+    shape, required = _body_shape(route)
+    expected = f"a JSON object {shape} sent with Content-Type: {JSON_MEDIA_TYPE}"
+    body = error.body
+    if isinstance(body, bytes):  # not read as JSON: not sent as JSON
+        sent = request.headers.get("content-type")
+        got = f"Content-Type: {sent[:80]}" if sent else "no Content-Type"
+        detail = f"{where} takes {expected}; got {got}"
+        if sent is not None and sent.partition(";")[0].strip().lower() == (
+            FORM_MEDIA_TYPE
+        ):
+            detail += (
+                " (curl -d sends that: add -H 'Content-Type: application/json', "
+                "or use curl --json)"
+            )
+        return error_response(415, "unsupported_media_type", detail)
+    problems = error.errors()
+    whole = [problem for problem in problems if tuple(problem["loc"]) == ("body",)]
+    blank = (
+        isinstance(body, str)
+        and not body.strip()
+        and any(problem.get("type") == "json_invalid" for problem in problems)
+    )
+    if blank or (whole and whole[0].get("type") == "missing"):
+        detail = f"the body is empty: {where} takes {expected}"
+        return error_response(422, "invalid_input", detail, required)
+    if whole:
+        got = _json_kind(whole[0].get("input"))
+        detail = f"the body must be a JSON object {shape}, got {got}"
+        return error_response(422, "invalid_input", detail)
+    return None
+
+
+def _body_shape(route: object) -> tuple[str, str | None]:
+    """The route's body as docs/http.md writes it (``{task_id, run_id?}``),
+    and its first required field (``None`` without one)."""
+    body_field = getattr(route, "body_field", None)
+    model = getattr(getattr(body_field, "field_info", None), "annotation", None)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return "{…}", None
+    fields = model.model_fields
+    names = [name if f.is_required() else f"{name}?" for name, f in fields.items()]
+    required = [name for name, f in fields.items() if f.is_required()]
+    return "{" + ", ".join(names) + "}", (required[0] if required else None)
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, in JSON's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
 async def _http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
     """FastAPI's own refusals (a body it cannot parse, an unknown path, a
     wrong method) in the same shape."""
@@ -1090,13 +1333,64 @@ async def _http_error(_: Request, error: StarletteHTTPException) -> JSONResponse
     return answer
 
 
+STREAMS_END = threading.Event()
+"""Set when this process shuts down (``devs serve`` on SIGTERM): every open
+stream ends at once, instead of holding the shutdown until its client goes."""
+
+
+def end_streams() -> None:
+    """End every notification stream of this process (at shutdown)."""
+    STREAMS_END.set()
+
+
+class _Outage:
+    """Logs once that the streams wait for the store, and once that it is
+    back: one line each, never a traceback, however many streams wait."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.since: float | None = None
+
+    def began(self, error: StoreError) -> None:
+        with self._lock:
+            if self.since is not None:
+                return
+            self.since = time.monotonic()
+        logger.warning("notification streams wait for the store: %s", error)
+
+    def ended(self) -> None:
+        with self._lock:
+            if self.since is None:
+                return
+            lasted, self.since = time.monotonic() - self.since, None
+        logger.warning(
+            "notification streams go on: the store is back after %.0f s", lasted
+        )
+
+
+_OUTAGE = _Outage()
+
+
 def _events(service: RecoveryService, after: int) -> Iterator[bytes]:
-    """The SSE stream from ``after`` on, until the client goes away."""
+    """The SSE stream from ``after`` on, until the client goes away or the
+    server shuts down. While the store cannot be used the stream stays open,
+    a comment line each :data:`STREAM_RETRY`, and goes on from its position
+    when the store is back."""
     position = after
     quiet_since = time.monotonic()
     yield b"retry: 1000\n\n"
-    while True:
-        found = service.notifications(after=position, limit=100)
+    while not STREAMS_END.is_set():
+        try:
+            found = service.notifications(after=position, limit=100)
+        except UnreadableEvent:
+            raise
+        except StoreError as error:
+            _OUTAGE.began(error)
+            yield b": the store is unavailable; waiting for it\n\n"
+            quiet_since = time.monotonic()
+            STREAMS_END.wait(STREAM_RETRY)
+            continue
+        _OUTAGE.ended()
         for notification in found:
             data = orjson.dumps(notification.model_dump(mode="json"))
             yield b"id: %d\ndata: %s\n\n" % (notification.position, data)
@@ -1107,7 +1401,7 @@ def _events(service: RecoveryService, after: int) -> Iterator[bytes]:
         if time.monotonic() - quiet_since >= STREAM_HEARTBEAT:
             yield b": still here\n\n"
             quiet_since = time.monotonic()
-        time.sleep(STREAM_POLL)
+        STREAMS_END.wait(STREAM_POLL)
         yield b""  # sends nothing; lets the server stop a stream whose client left
 
 

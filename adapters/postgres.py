@@ -6,17 +6,224 @@ at a time and events inserted in one round trip
 
 from __future__ import annotations
 
+import math
+import re
+import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
+import psycopg
 from eventsourcing import postgres as es_postgres
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 from eventsourcing.utils import Environment, EnvType, retry
+from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
+from psycopg_pool import PoolTimeout, TooManyRequests
 
-from devs.adapters.config import LIBPQ_OPTIONS
+from devs.adapters.config import (
+    DEFAULT_STORE_TIMEOUT,
+    LIBPQ_OPTIONS,
+    STORE_TIMEOUT_ENV,
+)
+from devs.domain.errors import StoreUnavailable
 from devs.projections.pg import SerializedDDL
+
+# ------------------------------------------------------ reaching the database
+
+PERMANENT = re.compile(
+    r"does not exist|password authentication failed|no pg_hba\.conf entry"
+    r"|permission denied|not permitted to log in|authentication failed"
+    r"|invalid sslmode value|invalid (?:URI query parameter|connection option)"
+    r"|server does not support SSL|certificate verify failed|sslmode value"
+    r"|could not translate host name",
+    re.IGNORECASE,
+)
+"""libpq's reasons that waiting will not mend: the setting must change. (A
+connection error carries no SQLSTATE; libpq's words are all there is.)"""
+SLICE = 0.1
+"""How often a request waiting for a connection looks at what the pool's
+attempts to connect said (a refusal ends the wait at once)."""
+MIN_CONNECT_TIMEOUT = 2
+"""libpq's ``connect_timeout`` counts whole seconds, and 1 is too few on a
+busy machine."""
+
+
+def reason_of(error: BaseException) -> str:
+    """libpq's reason for a failed connection, on one line (it never holds
+    the password: libpq does not repeat it)."""
+    text = " ".join(str(error).split())
+    for prefix in ("connection failed: ", "connection is bad: "):
+        text = text.removeprefix(prefix)
+    return text[:500] or type(error).__name__
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed attempt to connect."""
+
+    at: float  # time.monotonic()
+    reason: str
+    permanent: bool
+
+
+class StoreHealth:
+    """What the attempts to connect to one database said last, shared by
+    the pool's threads (which connect) and the requests (which wait)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.failure: Failure | None = None
+
+    def failed(self, error: BaseException) -> Failure:
+        reason = reason_of(error)
+        failure = Failure(time.monotonic(), reason, bool(PERMANENT.search(reason)))
+        with self._lock:
+            self.failure = failure
+        return failure
+
+    def connected(self) -> None:
+        with self._lock:
+            self.failure = None
+
+
+def recording(
+    health: StoreHealth, base: type[psycopg.Connection[DictRow]]
+) -> type[psycopg.Connection[DictRow]]:
+    """A connection class whose ``connect`` (what the pool calls, in its own
+    threads) tells ``health`` how it went: psycopg's pool logs the reason
+    only, and eventsourcing silences that log."""
+
+    class Recording(base):  # type: ignore[valid-type,misc]
+        @classmethod
+        def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                connection = super().connect(*args, **kwargs)
+            except psycopg.OperationalError as error:
+                health.failed(error)
+                raise
+            health.connected()
+            return connection
+
+    return Recording
+
+
+class BoundedPool(es_postgres.ConnectionPool[psycopg.Connection[DictRow]]):
+    """eventsourcing's pool, whose wait for a connection is bounded and says
+    why it failed (:func:`bound` makes a datastore's pool one)."""
+
+    health: StoreHealth
+    store_timeout: float
+    where: str
+
+    def getconn(self, timeout: float | None = None) -> Any:
+        """A connection within ``timeout`` seconds (default: the store
+        timeout), or :class:`~devs.domain.errors.StoreUnavailable` naming
+        libpq's reason: at once when the reason is one waiting will not
+        mend."""
+        budget = self.store_timeout if timeout is None else timeout
+        started = time.monotonic()
+        deadline = started + budget
+        failure = self.health.failure
+        if failure is not None and failure.permanent:
+            self._probe(started)  # refused again: at once
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return super().getconn(timeout=max(0.001, min(SLICE, remaining)))
+            except TooManyRequests as error:
+                raise self._unavailable(budget, reason_of(error)) from None
+            except PoolTimeout:
+                failure = self.health.failure
+                if failure is not None and failure.permanent and failure.at >= started:
+                    raise self._refused(failure) from None
+                if time.monotonic() >= deadline:
+                    reason = failure.reason if failure is not None else None
+                    raise self._unavailable(budget, reason) from None
+
+    def _probe(self, started: float) -> None:
+        """Connect once, outside the pool, to see whether the database still
+        refuses (the pool's own attempts back off for seconds)."""
+        kwargs = self.kwargs
+        assert isinstance(kwargs, dict)
+        try:
+            self.connection_class.connect(**kwargs).close()
+        except psycopg.Error:
+            failure = self.health.failure
+            if failure is not None and failure.permanent and failure.at >= started:
+                raise self._refused(failure) from None
+
+    def _refused(self, failure: Failure) -> StoreUnavailable:
+        msg = (
+            f"PostgreSQL refuses the connection to {self.where}: {failure.reason}; "
+            "check DEVS_DATABASE_URL"
+        )
+        return StoreUnavailable(msg, retry_after=REFUSED_RETRY_AFTER)
+
+    def _unavailable(self, budget: float, reason: str | None) -> StoreUnavailable:
+        if reason is None:  # the database answers: every connection is in use
+            why = f"all {self.max_size} connections of this process stayed in use"
+            retry_after = 1.0
+        else:
+            why = f"PostgreSQL is unreachable: {reason}"
+            retry_after = budget
+        msg = (
+            f"{why} ({self.where}; no connection within {budget:g} s, "
+            f"{STORE_TIMEOUT_ENV}={self.store_timeout:g})"
+        )
+        return StoreUnavailable(msg, retry_after=retry_after)
+
+
+REFUSED_RETRY_AFTER = 30.0
+"""A refusal lasts until someone fixes the setting: ask again this late."""
+
+
+def bound(datastore: es_postgres.PostgresDatastore, timeout: float) -> BoundedPool:
+    """Make ``datastore``'s pool (not open yet) a :class:`BoundedPool`: a wait
+    for a connection bounded in all by ``timeout`` seconds
+    (``DEVS_STORE_TIMEOUT``), which says why it failed.
+
+    eventsourcing waits ``POSTGRES_CONNECT_TIMEOUT`` (30 s) for its pool's
+    connection, and its recorders try again ten times: minutes. Here a
+    request waits at most ``timeout`` seconds, looking every :data:`SLICE`
+    at what the pool's attempts to connect said, and then raises
+    :class:`~devs.domain.errors.StoreUnavailable` with libpq's reason: at
+    once when the reason is one waiting will not mend (a database that does
+    not exist, a wrong password). That error is not one of the driver's, so
+    eventsourcing's recorders do not try again. The pool keeps trying to
+    connect in the background, and a request after the database is back
+    gets its connection: nothing needs a restart.
+    """
+    pool = datastore.pool
+    pool_kwargs = pool.kwargs
+    assert isinstance(pool_kwargs, dict), "eventsourcing gives its pool a dict"
+    health = StoreHealth()
+    pool.__class__ = BoundedPool  # the same pool, its getconn bounded
+    assert isinstance(pool, BoundedPool)
+    pool.health = health
+    pool.store_timeout = timeout
+    pool.where = (
+        f"database {pool_kwargs.get('dbname')!r} on "
+        f"{pool_kwargs.get('host')}:{pool_kwargs.get('port')}"
+    )
+    pool.connection_class = recording(health, pool.connection_class)
+    pool.timeout = timeout
+    # Attempts to reconnect back off from 1 s and are given up this late; a
+    # request waiting then starts another at once (the pool grows), so a
+    # database that came back is found within seconds.
+    pool.reconnect_timeout = max(10.0, 2 * timeout)
+    pool_kwargs.setdefault(
+        "connect_timeout", max(MIN_CONNECT_TIMEOUT, math.ceil(timeout))
+    )
+    return pool
+
+
+def health_of(datastore: es_postgres.PostgresDatastore) -> StoreHealth | None:
+    """What the attempts to connect to ``datastore``'s database said last."""
+    pool = datastore.pool
+    return pool.health if isinstance(pool, BoundedPool) else None
 
 
 class PostgresAggregateRecorder(SerializedDDL, es_postgres.PostgresAggregateRecorder):
@@ -111,7 +318,8 @@ class PostgresFactory(es_postgres.PostgresFactory):
     """eventsourcing's factory, its recorders ours; every connection also
     gets the libpq parameters of ``DEVS_DATABASE_URL`` beyond its parts
     (``sslmode``, ``application_name``, ...: ``POSTGRES_LIBPQ_OPTIONS``),
-    which eventsourcing's own settings have no place for."""
+    which eventsourcing's own settings have no place for, and a request's
+    wait for a connection is bounded by ``DEVS_STORE_TIMEOUT`` (:func:`bound`)."""
 
     aggregate_recorder_class = PostgresAggregateRecorder
     application_recorder_class = PostgresApplicationRecorder
@@ -125,3 +333,5 @@ class PostgresFactory(es_postgres.PostgresFactory):
             kwargs = self.datastore.pool.kwargs
             assert isinstance(kwargs, dict), "eventsourcing gives its pool a dict"
             kwargs.update(parse_qsl(options, strict_parsing=True))
+        timeout = float(self.env.get(STORE_TIMEOUT_ENV) or DEFAULT_STORE_TIMEOUT)
+        bound(self.datastore, timeout)

@@ -27,10 +27,23 @@ nicer than it. On a machine whose cores the workers keep busy, the one
 process that folds every worker's events gets the CPU first, so the read
 models stay within about 100 ms of the log instead of seconds behind it, for
 about an eighth fewer decisions a second (docs/performance.md).
+
+Each worker and the projector dies with the supervisor, ``kill -9`` of it
+included: the kernel sends it SIGTERM when its parent dies (Linux's
+``PR_SET_PDEATHSIG``), and a thread watching the parent does the same where
+that is not available; either way, a process still running
+:data:`STOP_GRACE` seconds later exits. Killing the PID a process manager
+knows stops the service.
+
+At start each worker prints one line to stderr (its PID, its address, the
+store, the version), the projector too; with ``DEVS_ACCESS_LOG`` on, each
+request is logged to stdout, in the Common Log Format.
 """
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import multiprocessing
 import os
 import signal
@@ -38,22 +51,191 @@ import socket
 import sys
 import threading
 import time
+from importlib import metadata
 from multiprocessing.context import SpawnProcess
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
 from devs.adapters.config import (
     DEFAULT_NICENESS,
     PROJECTIONS_ENV,
+    Backend,
     Projections,
     Settings,
     open_service,
+    postgres_env,
 )
 
 APP = "devs.adapters.http:app_from_env"
+PACKAGE = "devs-recovery"
 RESTART_PAUSE = 1.0
 """A worker that died sooner after its start is started again this late."""
+STOP_GRACE = 30.0
+"""How long a worker or the projector may take to stop (its requests to
+finish) once asked to, by the supervisor or by its death: then it is killed
+(by the supervisor), or exits (orphaned)."""
+PARENT_POLL = 0.5
+"""How often, in seconds, a worker or the projector looks whether its
+supervisor is still its parent."""
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal the calling process gets when its parent dies."""
+ACCESS_DATE = "%d/%b/%Y:%H:%M:%S %z"
+"""The Common Log Format's time, ``10/Oct/2000:13:55:36 -0700``."""
+
+
+def parent_death_signal(signum: int) -> bool:
+    """Ask the kernel to send this process ``signum`` when its parent dies
+    (Linux's ``prctl(PR_SET_PDEATHSIG)``): whether it could."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return False
+    unused = ctypes.c_ulong(0)
+    done = prctl(
+        ctypes.c_int(PR_SET_PDEATHSIG), ctypes.c_ulong(signum), unused, unused, unused
+    )
+    return bool(done == 0)
+
+
+def die_with_parent(parent: int, signum: int = signal.SIGTERM) -> None:
+    """Make this process get ``signum`` (SIGTERM: uvicorn stops listening and
+    finishes its requests) when ``parent``, the process that started it,
+    dies, and exit :data:`STOP_GRACE` seconds later if it is still running.
+
+    The parent-death signal where the kernel has it, a thread watching the
+    parent otherwise. A parent that died before this was asked sends no
+    signal: this process is then no longer its child, and signals itself."""
+    signalled = parent_death_signal(signum)
+    watcher = threading.Thread(
+        target=_watch_parent,
+        args=(parent, signum, signalled),
+        name="devs-parent-watcher",
+        daemon=True,
+    )
+    watcher.start()
+    if os.getppid() != parent:  # gone already: no signal will come
+        os.kill(os.getpid(), signum)
+
+
+def _watch_parent(parent: int, signum: int, signalled: bool) -> None:
+    """Until ``parent`` is no longer this process's parent; then ``signum``
+    to this process (unless the kernel sends it), and after
+    :data:`STOP_GRACE` an exit that waits for nothing."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL)
+    if not signalled:
+        os.kill(os.getpid(), signum)
+    time.sleep(STOP_GRACE)
+    os._exit(1)
+
+
+def store_of(settings: Settings) -> str:
+    """The store ``settings`` open, in words for a log (never a password,
+    nor the user): the SQLite file, or PostgreSQL's database, host and port."""
+    if settings.backend is Backend.POSTGRES:
+        assert settings.database_url is not None
+        env = postgres_env(settings.database_url.get_secret_value())
+        host, port = env["POSTGRES_HOST"], env["POSTGRES_PORT"]
+        return f"PostgreSQL {env['POSTGRES_DBNAME']} on {host}:{port}"
+    if settings.backend is Backend.MEMORY or settings.db.startswith("file:"):
+        return f"SQLite {settings.db}"
+    return f"SQLite {os.path.abspath(settings.db)}"
+
+
+def version() -> str:
+    """This package and its version, ``devs-recovery 0.1.0``."""
+    try:
+        return f"{PACKAGE} {metadata.version(PACKAGE)}"
+    except metadata.PackageNotFoundError:
+        return f"{PACKAGE} (version unknown)"
+
+
+class CommonLogFormatter(logging.Formatter):
+    """uvicorn's access records in the Common Log Format, ``host ident
+    authuser [time] "request line" status size``: ``127.0.0.1 - -
+    [10/Oct/2000:13:55:36 +0000] "GET /tasks?limit=10 HTTP/1.1" 200 -`` (no
+    user is known, nor the size). Never a header, so never a token."""
+
+    def __init__(self) -> None:
+        super().__init__(datefmt=ACCESS_DATE)
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = record.args
+        if not (isinstance(fields, tuple) and len(fields) == 5):
+            return super().format(record)  # not a request's: as it is
+        client, method, target, http_version, status = fields
+        host = str(client).rsplit(":", 1)[0] if client else "-"  # host:port
+        when = self.formatTime(record, self.datefmt)
+        request = f"{method} {target} HTTP/{http_version}"
+        request = request.replace("\\", "\\\\").replace('"', '\\"')
+        return f'{host} - - [{when}] "{request}" {status} -'
+
+
+def log_config(access_log: bool) -> dict[str, Any]:
+    """uvicorn's logging: warnings and errors to stderr, and with
+    ``access_log`` each request to stdout (:class:`CommonLogFormatter`)."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "default": {
+                "()": "uvicorn.logging.DefaultFormatter",
+                "fmt": "%(levelprefix)s %(message)s",
+                "use_colors": None,
+            },
+            "access": {"()": CommonLogFormatter},
+        },
+        "handlers": {
+            "default": {
+                "formatter": "default",
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stderr",
+            },
+            "access": {
+                "formatter": "access",
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stdout",
+            },
+        },
+        "loggers": {
+            "uvicorn": {
+                "handlers": ["default"],
+                "level": "WARNING",
+                "propagate": False,
+            },
+            "uvicorn.error": {"level": "WARNING"},
+            "uvicorn.access": {
+                "handlers": ["access"],
+                "level": "INFO" if access_log else "WARNING",
+                "propagate": False,
+            },
+        },
+    }
+
+
+class AnnouncedServer(uvicorn.Server):
+    """uvicorn's server, printing ``line`` to stderr once it listens, and
+    ending every notification stream at once when told to stop: uvicorn
+    waits for open responses to finish, and a stream never does."""
+
+    def __init__(self, config: uvicorn.Config, line: str) -> None:
+        super().__init__(config)
+        self.line = line
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            print(self.line, file=sys.stderr, flush=True)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        from devs.adapters.http import end_streams
+
+        end_streams()
+        super().handle_exit(sig, frame)
 
 
 def listening_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
@@ -73,18 +255,43 @@ def listening_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket
     return sock
 
 
-def run_worker(host: str, port: int, reuse_port: bool, niceness: int = 0) -> None:
+def run_worker(
+    host: str,
+    port: int,
+    reuse_port: bool,
+    niceness: int = 0,
+    parent: int | None = None,
+) -> None:
     """One worker: its own socket, uvicorn serving the app from the env,
-    ``niceness`` nicer than the process that started it."""
+    ``niceness`` nicer than the process that started it, and stopping when
+    ``parent`` (that process, when given) dies."""
+    if parent is not None:
+        die_with_parent(parent)
     if niceness:
         os.nice(niceness)
+    settings = Settings()
     sock = listening_socket(host, port, reuse_port=reuse_port)
-    config = uvicorn.Config(APP, factory=True, log_level="warning")
-    uvicorn.Server(config).run(sockets=[sock])
+    bound, actual = sock.getsockname()[:2]
+    shown = f"[{bound}]" if ":" in bound else bound
+    line = (
+        f"devs serve: worker {os.getpid()} listening on http://{shown}:{actual} "
+        f"({store_of(settings)}, {version()})"
+    )
+    config = uvicorn.Config(
+        APP,
+        factory=True,
+        log_level=None,
+        log_config=log_config(settings.access_log),
+        access_log=settings.access_log,
+    )
+    AnnouncedServer(config, line).run(sockets=[sock])
 
 
-def run_projector() -> None:
-    """The read models' projection runner, until SIGTERM (``devs project``)."""
+def run_projector(parent: int | None = None) -> None:
+    """The read models' projection runner, until SIGTERM (``devs project``),
+    or until ``parent`` (when given) dies."""
+    if parent is not None:
+        die_with_parent(parent)
     from devs.projections.postgres import PostgresReadModels
 
     stop = threading.Event()
@@ -94,6 +301,12 @@ def run_projector() -> None:
     with open_service(settings) as service:
         models = service.read_models
         assert isinstance(models, PostgresReadModels)
+        print(
+            f"devs serve: projector {os.getpid()} keeping the read models of "
+            f"{store_of(settings)} ({version()})",
+            file=sys.stderr,
+            flush=True,
+        )
         models.follow(stop)
 
 
@@ -114,13 +327,16 @@ def serve(
         run_worker(host, port, reuse_port=False)
         return
     if not hasattr(socket, "SO_REUSEPORT"):  # not on this platform: uvicorn's own
+        access_log = Settings().access_log
         uvicorn.run(
             APP,
             factory=True,
             host=host,
             port=port,
             workers=workers,
-            log_level="warning",
+            log_level=None,
+            log_config=log_config(access_log),
+            access_log=access_log,
         )
         return
     # First a plain bind: SO_REUSEPORT would let this server join another
@@ -141,7 +357,7 @@ def serve(
 
 class Supervisor:
     """Starts the workers, starts again one that dies, stops them all on
-    SIGTERM, SIGINT or SIGHUP."""
+    SIGTERM, SIGINT or SIGHUP; they die with it (:func:`die_with_parent`)."""
 
     def __init__(
         self,
@@ -161,11 +377,14 @@ class Supervisor:
 
     def start_one(self, index: int) -> SpawnProcess:
         """Worker ``index``; with a projector, the last index is it."""
+        me = os.getpid()
         if index == self.count:
-            worker = self.context.Process(target=run_projector, name="projector")
+            worker = self.context.Process(
+                target=run_projector, args=(me,), name="projector"
+            )
         else:
             worker = self.context.Process(
-                target=run_worker, args=(self.host, self.port, True, self.niceness)
+                target=run_worker, args=(self.host, self.port, True, self.niceness, me)
             )
         worker.start()
         self.started[id(worker)] = time.monotonic()
@@ -199,7 +418,7 @@ class Supervisor:
                 if worker.is_alive():
                     worker.terminate()  # SIGTERM: uvicorn finishes its requests
             for worker in self.workers:
-                worker.join(timeout=30)
+                worker.join(timeout=STOP_GRACE)
                 if worker.is_alive():
                     worker.kill()
                     worker.join()

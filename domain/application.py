@@ -449,11 +449,23 @@ class RecoveryService(TaskCommands, Audits):
 
     @api
     def tasks(
-        self, *, state: StateName | None = None, run_id: RunId | None = None
+        self,
+        *,
+        state: StateName | None = None,
+        run_id: RunId | None = None,
+        after: TaskId | None = None,
+        limit: Limit | None = None,
     ) -> list[TaskIndexEntry]:
-        """Tasks from the index, optionally of one state and/or one run."""
+        """Tasks from the index, optionally of one state and/or one run,
+        ordered by task id (code point order), a page at a time: those whose
+        id sorts after ``after`` (the last id of the page before; it need not
+        name a task), at most ``limit`` of them (default: all). The next page
+        starts after the last id of this one; a page shorter than ``limit``
+        is the last."""
         self._fresh()
-        return self.read_models.task_entries(state=state, run_id=run_id)
+        return self.read_models.task_entries(
+            state=state, run_id=run_id, after=after, limit=limit
+        )
 
     @api
     def waiting_tasks(self) -> list[TaskIndexEntry]:
@@ -617,9 +629,10 @@ class RecoveryService(TaskCommands, Audits):
     def export(self, task_ids: list[TaskId] | None = None) -> Iterator[dict[str, Any]]:
         """A self-contained audit record, one JSON-ready line at a time: a
         header, every event of the tasks (default: all) as stored with its
-        hash and actor, then a trailer with every task's event count and chain
-        head. Unknown tasks are refused at the call. ``devs verify-export``
-        checks such a file without a database."""
+        hash and actor, task by task in task-id order, then a trailer with
+        every task's event count and chain head (in the same order). Unknown
+        tasks are refused at the call. ``devs verify-export`` checks such a
+        file without a database."""
         return self._export(task_ids)
 
     def reading_after(self, position: int | None) -> AbstractContextManager[None]:
@@ -630,7 +643,8 @@ class RecoveryService(TaskCommands, Audits):
         answer — or raise ``NotCaughtUp``. They wait for that position only,
         not for the end of the log, so other clients' writes never hold them
         up. ``None``: as outside the block (the end of the log as it is
-        now)."""
+        now). A position past the end of the log is ``PositionNotRecorded``
+        at once (no wait): nothing has been recorded there."""
         return _reading(None if position is None else valid_position(position))
 
     @api
@@ -639,7 +653,10 @@ class RecoveryService(TaskCommands, Audits):
     ) -> int:
         """Wait until every read model has folded log position ``position``,
         at most ``timeout`` seconds (default ``DEVS_READ_WAIT``); return the
-        position they reached. ``NotCaughtUp`` when the wait runs out."""
+        position they reached. ``NotCaughtUp`` when the wait runs out;
+        ``PositionNotRecorded`` at once, without waiting, when ``position``
+        is past the end of the log (the log's own last position, which
+        another process may just have moved: not the read models')."""
         wait = self.read_wait if timeout is None else timeout
         return self.read_models.wait_for(position, wait)
 

@@ -62,14 +62,20 @@ class NotFound(DevsError, LookupError):
 
 
 class UnknownTask(NotFound):
-    def __init__(self, task_id: str) -> None:
-        super().__init__(f"unknown task {task_id!r}: start it with start_task() first")
+    """``start_with`` names what starts a task, in the words of the caller's
+    edge: the Python API's method by default; the HTTP app words it again
+    (``POST /tasks``) from ``task_id``."""
+
+    def __init__(self, task_id: str, *, start_with: str = "start_task()") -> None:
+        super().__init__(f"unknown task {task_id!r}: start it with {start_with} first")
         self.task_id = task_id
 
 
 class UnknownRun(NotFound):
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"unknown run {run_id!r}: start it with start_run() first")
+    """As :class:`UnknownTask`, for a run (``start_run()``; ``POST /runs``)."""
+
+    def __init__(self, run_id: str, *, start_with: str = "start_run()") -> None:
+        super().__init__(f"unknown run {run_id!r}: start it with {start_with} first")
         self.run_id = run_id
 
 
@@ -104,6 +110,20 @@ class StoreError(DevsError):
     kind = "store_unavailable"
     http_status = 503
     exit_code = 9
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached within the wait allowed
+    (``DEVS_STORE_TIMEOUT``), or refuses the connection for a reason that
+    waiting will not mend (a database that does not exist, a wrong password).
+    Nothing was written. ``retry_after`` says when asking again may help
+    (``None``: not before the setting is fixed). Reported as the store being
+    unavailable, like :class:`StoreError`: not a failure of the database the
+    driver may retry, so it ends a command at once."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class UnreadableEvent(StoreError):
@@ -142,6 +162,38 @@ class NotCaughtUp(DevsError):
         super().__init__(message)
         self.position = position
         self.reached = reached
+
+
+class PositionNotRecorded(InvalidInput):
+    """A read-your-writes position (``after=N``) past the end of the log: no
+    event has been recorded there, so no wait would see it. Said at once,
+    with the log's last position, instead of waiting out the bound; a
+    position in the log that the read models have not folded yet is still
+    waited for (:class:`NotCaughtUp` when the wait runs out)."""
+
+    kind = "position_not_recorded"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        position: int | None = None,
+        last: int | None = None,
+        field: str | None = "position",
+    ) -> None:
+        super().__init__(message, field=field)
+        self.position = position
+        self.last = last
+
+    @classmethod
+    def past_the_end(cls, position: int, last: int) -> PositionNotRecorded:
+        """The error for ``position`` asked of a log that ends at ``last``."""
+        msg = (
+            f"position {position} has not been recorded: the log ends at "
+            f"position {last} (a position a command answered is never past "
+            "the end of its log)"
+        )
+        return cls(msg, position=position, last=last)
 
 
 def error_of_kind(kind: str) -> type[DevsError] | None:

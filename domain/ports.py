@@ -196,9 +196,17 @@ class TaskIndex(Protocol):
         """The task's row, if the task was started."""
 
     def task_entries(
-        self, *, state: str | None = None, run_id: str | None = None
+        self,
+        *,
+        state: str | None = None,
+        run_id: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
     ) -> list[TaskIndexEntry]:
-        """Tasks of one state and/or one run, in the order they were started."""
+        """Tasks of one state and/or one run, ordered by task id in code point
+        order (on every backend): only those whose id sorts after ``after``,
+        at most ``limit`` of them (``None``: no bound). Paged by the store,
+        which reads only the page."""
 
     def chain_heads(
         self, task_id: str | None = None
@@ -271,9 +279,11 @@ class ReadModels(
         past ``position``). Waits for that position only, never for the end
         of the log: under steady writes by others it still ends.
 
-        ``NotCaughtUp`` when the wait runs out (or ``position`` is past the
-        end of the log after it); ``StoreError`` when the store cannot be
-        used."""
+        ``PositionNotRecorded`` at once when ``position`` is past the end of
+        the log (read from the log itself, never from the read models: on a
+        shared store another process may have just written it), so that no
+        wait is spent on a position nobody has written; ``NotCaughtUp`` when
+        the wait runs out; ``StoreError`` when the store cannot be used."""
 
     def rebuild(
         self,

@@ -132,7 +132,12 @@ class RecoveryApi(Protocol):
     ) -> list[HistoryEntry]: ...
 
     def tasks(
-        self, *, state: StateValue | None = None, run_id: str | None = None
+        self,
+        *,
+        state: StateValue | None = None,
+        run_id: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
     ) -> list[TaskIndexEntry]: ...
 
     def gate_status(self, task_id: str) -> GateStatus: ...

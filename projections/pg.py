@@ -188,6 +188,8 @@ class PostgresTaskFailuresView(TaskFailuresTables, PostgresView):
 class PostgresTasksView(TasksTables, PostgresView):
     """The ``tasks`` read model."""
 
+    text_order = ' COLLATE "C"'
+
 
 _VIEWS: dict[str, type[PostgresView]] = {
     view.name: view
@@ -208,6 +210,7 @@ POSTGRES: tuple[tuple[type[ReadModelProjection[Any]], type[PostgresView]], ...] 
 """Every read model with its PostgreSQL view, in the registry's order."""
 
 
+_TYPE_NAME = re.compile(r"CREATE TYPE (\S+) AS")
 DDL_LOCK = 0x64657673_64646C00  # "devsddl": one process creates tables at a time
 
 
@@ -218,15 +221,38 @@ class SerializedDDL:
     concurrently updated") although every statement says IF NOT EXISTS."""
 
     def create_table(self) -> None:
-        """eventsourcing creates its composite types (``CREATE TYPE``) each in
-        a transaction of its own, before the tables and outside the lock, and
-        lets a ``DuplicateObject`` pass; a process racing this one makes
-        PostgreSQL report a unique violation of its catalog instead. The type
-        then exists: once more finds it there."""
+        """eventsourcing's, in one transaction under the DDL lock, its
+        composite types made only when missing: eventsourcing runs each
+        ``CREATE TYPE`` in a transaction of its own and lets the error pass
+        when the type exists, which PostgreSQL logs as an error every time a
+        service opens ("type ... already exists")."""
         try:
-            super().create_table()  # type: ignore[misc]
+            self._create_tables()
         except IntegrityError:
-            super().create_table()  # type: ignore[misc]
+            # A process that takes no lock (an older release, eventsourcing's
+            # own factory) made a type meanwhile: PostgreSQL reports a unique
+            # violation of its catalog. The type exists now: look again.
+            self._create_tables()
+
+    def _create_tables(self) -> None:
+        types = [
+            statement
+            for statement in self.sql_create_statements  # type: ignore[attr-defined]
+            if "CREATE TYPE" in statement.as_string()
+        ]
+        datastore: PostgresDatastore = self.datastore  # type: ignore[attr-defined]
+        with datastore.transaction(commit=True) as curs:
+            for key in self.ddl_locks:
+                curs.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            for statement in types:
+                found = _TYPE_NAME.search(statement.as_string())
+                assert found is not None, "eventsourcing's CREATE TYPE names its type"
+                curs.execute("SELECT to_regtype(%s) AS oid", (found.group(1),))
+                row = curs.fetchone()
+                if row is None or row["oid"] is None:
+                    curs.execute(statement, prepare=False)
+            self._create_table(curs)
+        datastore.register_type_adapters()
 
     ddl_locks: tuple[int, ...] = (DDL_LOCK,)
     """The advisory locks the DDL's transaction takes first, in this order."""

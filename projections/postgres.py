@@ -58,6 +58,7 @@ from devs.domain.errors import (
     DevsError,
     InvalidInput,
     NotCaughtUp,
+    PositionNotRecorded,
 )
 from devs.domain.ports import PROJECTIONS_KEY, Verification, read_wait_of
 from devs.domain.redaction import redact
@@ -415,6 +416,9 @@ class PostgresReadModels(ViewQueries):
         self.position()
         self._runner: ReadModelsRunner | None = None
         self._runner_lock = threading.Lock()
+        self._away_since: float | None = None
+        """Since when ``follow`` has failed to start a runner (the database
+        is away): it says so once, and once when one runs again."""
         if self.mode == "runner":
             self._start_runner()
 
@@ -440,7 +444,10 @@ class PostgresReadModels(ViewQueries):
             try:
                 runner.run_forever(timeout=0)
             except Exception as error:
-                logger.warning("read models' runner stopped (%s); restarting", error)
+                if self._away_since is None:  # said once, not at every try
+                    logger.warning(
+                        "read models' runner stopped (%s); restarting", error
+                    )
                 if missing_table(error):
                     try:
                         self.repair()
@@ -463,7 +470,26 @@ class PostgresReadModels(ViewQueries):
             try:
                 self._check_runner()
             except Exception as error:  # the database is still away: try again
-                logger.warning("read models' runner cannot start yet (%s)", error)
+                if self._away_since is None:  # one line per outage
+                    self._away_since = time.monotonic()
+                    logger.warning(
+                        "read models' runner cannot start yet (%s); trying again "
+                        "every %g s",
+                        error,
+                        check_every,
+                    )
+                continue
+            runner = self._runner
+            if (
+                self._away_since is not None
+                and runner is not None
+                and not runner.is_interrupted.is_set()
+            ):
+                logger.warning(
+                    "read models' runner runs again, after %.0f s",
+                    time.monotonic() - self._away_since,
+                )
+                self._away_since = None
 
     def close(self) -> None:
         runner, self._runner = self._runner, None
@@ -579,17 +605,33 @@ class PostgresReadModels(ViewQueries):
 
     def catch_up(self) -> int:
         """Wait until the runner folded the log as it ends now; the position."""
-        return self.wait_for(self.app.recorder.max_notification_id() or 0, self.wait)
+        last = self.app.recorder.max_notification_id() or 0
+        return self._wait(last, self.wait, recorded=True)
 
     def wait_for(self, position: int, timeout: float) -> int:
         """Wait until the runner folded ``position`` (only that: the log may
-        grow meanwhile), at most ``timeout`` seconds; the position reached."""
+        grow meanwhile), at most ``timeout`` seconds; the position reached.
+
+        A position the read models have not reached is first looked for in
+        the log itself (the recorder's last position: every server's
+        committed writes, not this process's read models): past its end it
+        is ``PositionNotRecorded`` at once, since a position a command
+        answered was committed before the answer."""
+        return self._wait(position, timeout, recorded=False)
+
+    def _wait(self, position: int, timeout: float, *, recorded: bool) -> int:
+        """``wait_for``; ``recorded``: ``position`` is known to be in the log."""
         deadline = time.monotonic() + timeout
         pause = 0.0005
         while True:
             reached = self.position()
             if reached >= position:
                 return reached
+            if not recorded:
+                last = self.app.recorder.max_notification_id() or 0
+                if last < position:
+                    raise PositionNotRecorded.past_the_end(position, last)
+                recorded = True
             self._check_runner()
             if time.monotonic() >= deadline:
                 raise self._not_caught_up(position, reached, timeout)

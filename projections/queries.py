@@ -69,10 +69,17 @@ class ViewQueries:
         return found
 
     def task_entries(
-        self, *, state: str | None = None, run_id: str | None = None
+        self,
+        *,
+        state: str | None = None,
+        run_id: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
     ) -> list[TaskIndexEntry]:
         found: list[TaskIndexEntry] = self._ask(
-            lambda: self.views["tasks"].task_entries(state=state, run_id=run_id)
+            lambda: self.views["tasks"].task_entries(
+                state=state, run_id=run_id, after=after, limit=limit
+            )
         )
         return found
 

@@ -36,7 +36,12 @@ from eventsourcing.persistence import (
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteFactory
 
 from devs.domain.commands import NO_WAIT, locked
-from devs.domain.errors import DevsError, NotCaughtUp, UnreadableEvent
+from devs.domain.errors import (
+    DevsError,
+    NotCaughtUp,
+    PositionNotRecorded,
+    UnreadableEvent,
+)
 from devs.domain.ports import Verification, read_wait_of
 from devs.domain.redaction import redact
 from devs.projections.base import (
@@ -211,27 +216,19 @@ class SQLiteReadModels(ViewQueries):
 
     def wait_for(self, position: int, timeout: float) -> int:
         """Fold the log up to ``position`` into every read model; the position
-        reached. A position past the end of the log is waited for (another
-        process may be writing it), and so is the write lock the fold needs,
-        at most ``timeout`` seconds in all."""
+        reached. The write lock the fold needs is waited for, at most
+        ``timeout`` seconds. A position past the end of the log is
+        ``PositionNotRecorded`` at once: every process's writes are in the
+        file once committed, so nobody is still writing a position a command
+        answered."""
         deadline = time.monotonic() + timeout
-        pause = 0.0005
-        while True:
-            last, positions = self._patiently(
-                lambda: self._marks(with_log_end=True), deadline, timeout
-            )
-            if last >= position:
-                self._patiently(lambda: self.catch_up_to(position), deadline, timeout)
-                return position
-            if time.monotonic() >= deadline:
-                reached = min(positions.values(), default=0)
-                msg = (
-                    f"the read models did not reach position {position} within "
-                    f"{timeout:g} s: they are at {reached}, the log ends at {last}"
-                )
-                raise NotCaughtUp(msg, position=position, reached=reached)
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
+        last, _ = self._patiently(
+            lambda: self._marks(with_log_end=True), deadline, timeout
+        )
+        if last < position:
+            raise PositionNotRecorded.past_the_end(position, last)
+        self._patiently(lambda: self.catch_up_to(position), deadline, timeout)
+        return position
 
     def _patiently(self, fold: Callable[[], R], deadline: float, timeout: float) -> R:
         """``fold()`` without waiting for a lock (``NO_WAIT``: no busy wait on

@@ -40,9 +40,15 @@ class TasksView(TrackingRecorder, ABC):
 
     @abstractmethod
     def task_entries(
-        self, *, state: str | None = None, run_id: str | None = None
+        self,
+        *,
+        state: str | None = None,
+        run_id: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
     ) -> list[TaskIndexEntry]:
-        """Tasks of one state and/or run, least recently changed first."""
+        """Tasks of one state and/or run, by id, after ``after``, at most
+        ``limit`` (``TaskIndex.task_entries``)."""
 
     @abstractmethod
     def chain_heads(
@@ -223,7 +229,14 @@ class TasksTables(TasksView, SQLTables):
         "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS version INTEGER NOT NULL DEFAULT 1",
         "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS chain_head TEXT",
         "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS stuck_score REAL",
+        # The task list's order (text_order): the primary key's index keeps
+        # the database's collation, which may not be code point order.
+        'CREATE INDEX IF NOT EXISTS tasks_id_c ON tasks (id COLLATE "C")',
     )
+
+    text_order: ClassVar[str] = ""
+    """What makes ``id`` compare in code point order: SQLite's own (BINARY
+    on UTF-8); PostgreSQL's default collation may not (``COLLATE "C"``)."""
 
     def insert_task(self, row: dict[str, Any], tracking: Tracking) -> None:
         with self.changes(tracking) as cursor:
@@ -246,15 +259,25 @@ class TasksTables(TasksView, SQLTables):
         return dict(rows[0]) if rows else None
 
     def task_entries(
-        self, *, state: str | None = None, run_id: str | None = None
+        self,
+        *,
+        state: str | None = None,
+        run_id: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
     ) -> list[TaskIndexEntry]:
-        filters = {"state": state, "run_id": run_id}
-        where = [(name, value) for name, value in filters.items() if value is not None]
+        by_id = f"id{self.text_order}"
+        filters = {"state = ?": state, "run_id = ?": run_id, f"{by_id} > ?": after}
+        where = [(test, value) for test, value in filters.items() if value is not None]
+        params: list[Any] = [value for _, value in where]
         statement = "SELECT * FROM tasks"
         if where:
-            statement += " WHERE " + " AND ".join(f"{name} = ?" for name, _ in where)
-        statement += " ORDER BY position, id"
-        rows = self._select(statement, [value for _, value in where])
+            statement += " WHERE " + " AND ".join(test for test, _ in where)
+        statement += f" ORDER BY {by_id}"
+        if limit is not None:
+            statement += " LIMIT ?"
+            params.append(limit)
+        rows = self._select(statement, params)
         return [_entry(dict(row)) for row in rows]
 
     def chain_heads(

@@ -98,8 +98,8 @@ NOT_IN_MEMORY: dict[str, str] = {
         "test_contract.py::test_a_table_dropped_while_closed_is_remade_on_open",
         "test_read_position.py::test_a_query_at_a_position_waits_for_it_not_for_"
         "the_end_of_the_log",
-        "test_read_position.py::test_a_position_past_the_end_of_the_log_is_not_"
-        "caught_up",
+        "test_read_position.py::test_a_position_past_the_end_of_the_log_is_"
+        "refused_at_once",
         "test_read_position.py::test_over_http_after_n_answers_at_n_while_others_"
         "write_on",
         "test_read_position.py::test_the_http_client_waits_for_a_position_and_"

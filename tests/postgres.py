@@ -83,6 +83,8 @@ class PostgresServer:
     startup_seconds: float
     _process: subprocess.Popen[bytes] = field(repr=False, compare=False)
     _base_dir: Path = field(repr=False, compare=False)
+    _argv: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    _run_as: tuple[int, int] | None = field(default=None, repr=False, compare=False)
 
     def url(self, dbname: str | None = None) -> str:
         """libpq URL of one database (the admin database by default)."""
@@ -109,6 +111,14 @@ class PostgresServer:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Fast shutdown (open sessions are cut), then delete every file."""
+        self.halt(timeout)
+        shutil.rmtree(self._base_dir, ignore_errors=True)
+        atexit.unregister(self.stop)
+
+    def halt(self, timeout: float = 30.0) -> None:
+        """Fast shutdown (open sessions are cut; what was committed stays),
+        keeping the data directory: :meth:`restart` starts it again, as an
+        operator's ``pg_ctl stop -m fast`` and ``pg_ctl start`` would."""
         if self._process.poll() is None:
             self._process.send_signal(signal.SIGINT)
             try:
@@ -116,8 +126,15 @@ class PostgresServer:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
-        shutil.rmtree(self._base_dir, ignore_errors=True)
-        atexit.unregister(self.stop)
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """Start the server :meth:`halt` stopped, on the same data directory
+        and socket; return once it accepts connections."""
+        if self._process.poll() is None:
+            return
+        process = _launch(list(self._argv), self._base_dir, self.log_path, self._run_as)
+        object.__setattr__(self, "_process", process)
+        _wait_ready(self, process, deadline=time.monotonic() + timeout)
 
 
 def start_server(
@@ -170,18 +187,7 @@ def start_server(
         argv = [str(bindir / "postgres"), "-D", str(data_dir)]
         for key, value in params.items():
             argv += ["-c", f"{key}={value}"]
-        with log_path.open("ab") as log:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=base,
-                env=_clean_env(),
-                start_new_session=True,  # a Ctrl-C is pytest's to handle
-                preexec_fn=_die_with_parent(),
-                **_credentials(run_as),
-            )
+        process = _launch(argv, base, log_path, run_as)
         server = PostgresServer(
             socket_dir=base,
             port=PORT,
@@ -193,6 +199,8 @@ def start_server(
             startup_seconds=0.0,
             _process=process,
             _base_dir=base,
+            _argv=tuple(argv),
+            _run_as=run_as,
         )
         try:
             _wait_ready(server, process, deadline=started + timeout)
@@ -205,6 +213,23 @@ def start_server(
     object.__setattr__(server, "startup_seconds", time.monotonic() - started)
     atexit.register(server.stop)  # in case the caller never stops it
     return server
+
+
+def _launch(
+    argv: list[str], base: Path, log_path: Path, run_as: tuple[int, int] | None
+) -> subprocess.Popen[bytes]:
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=base,
+            env=_clean_env(),
+            start_new_session=True,  # a Ctrl-C is pytest's to handle
+            preexec_fn=_die_with_parent(),
+            **_credentials(run_as),
+        )
 
 
 def create_database(server: PostgresServer, name: str) -> str:

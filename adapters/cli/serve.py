@@ -44,6 +44,11 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
 
     With DEVS_API_TOKEN set, every request but /healthz needs
     `Authorization: Bearer <token>`; a non-loopback --host needs it.
+
+    Each worker prints one line to stderr once it listens; with
+    DEVS_ACCESS_LOG=1 each request is logged to stdout. Stop it with SIGTERM
+    (or Ctrl-C) to this process: its workers finish their requests, and die
+    with it even on SIGKILL.
     """
     # the server's libraries load only for this command
     from devs.adapters import serving

@@ -17,6 +17,7 @@ from devs.adapters.cli.base import (
     ExitCode,
     cli,
     emit_json,
+    err,
     fail,
     handles_errors,
     json_option,
@@ -43,14 +44,44 @@ from devs.domain.redaction import redact
 
 @cli.command()
 @click.option("--run", "run_id", default=None, help="Only the tasks of this run.")
+@click.option(
+    "--limit",
+    type=int,
+    default=None,
+    help="Show at most this many tasks, by task id (1-10000; default: all).",
+)
+@click.option(
+    "--after",
+    metavar="TASK",
+    default=None,
+    help="Start after this task id (the last one of the page before).",
+)
 @json_option
 @pass_context
 @handles_errors
-def status(ctx: Context, run_id: str | None, as_json: bool) -> None:
-    """Tasks by state."""
-    tasks = ctx.app.tasks(run_id=run_id)
+def status(
+    ctx: Context,
+    run_id: str | None,
+    limit: int | None,
+    after: str | None,
+    as_json: bool,
+) -> None:
+    """Tasks by state.
+
+    Many tasks can be read a page at a time, in task id order: --limit N
+    shows the first N, and a last line (on stderr with --json) gives the
+    command for the next page, --after the last id shown; none after the
+    last page.
+    """
+    app = ctx.app
+    tasks = app.tasks(run_id=run_id, after=after, limit=limit)
     if run_id is not None:
-        ctx.app.run_state(run_id)  # an unknown run is an error, not an empty list
+        app.run_state(run_id)  # an unknown run is an error, not an empty list
+    following = None
+    if limit is not None and tasks and len(tasks) == limit:
+        last = tasks[-1].task_id
+        if app.tasks(run_id=run_id, after=last, limit=1):
+            following = last
     order = {
         state: i
         for i, state in enumerate(
@@ -80,6 +111,18 @@ def status(ctx: Context, run_id: str | None, as_json: bool) -> None:
             t.updated_at.strftime(TIME),
         ),
     )
+    if following is not None:
+        words = ["devs", "status"]
+        if run_id is not None:
+            words += ["--run", run_id]
+        words += ["--limit", str(limit), "--after", following]
+        if as_json:
+            words.append("--json")
+        hint = f"next page: {shlex.join(words)}"
+        if as_json:
+            err.print(hint, markup=False, soft_wrap=True)
+        else:
+            plain(hint)
 
 
 @cli.group()

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -265,13 +266,15 @@ def test_a_store_that_cannot_be_opened_is_one_line_and_exit_9(
 ) -> None:
     """As every other command: no traceback, the documented exit code."""
     missing_directory = _serve_once(tmp_path / "no" / "such" / "x.sqlite", {})
+    started = time.monotonic()
     no_database = _serve_once(
         tmp_path / "x.sqlite",
         {
-            "DEVS_DATABASE_URL": pg_url.rsplit("/", 1)[0] + "/nosuchdb",
-            "POSTGRES_CONNECT_TIMEOUT": "2",
+            "DEVS_DATABASE_URL": urlsplit(pg_url)._replace(path="/nosuchdb").geturl(),
+            "DEVS_STORE_TIMEOUT": "60",  # said at once all the same
         },
     )
+    assert time.monotonic() - started < 40  # not the 60 s allowed
     for result in (missing_directory, no_database):
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 9, result.stderr
@@ -279,6 +282,8 @@ def test_a_store_that_cannot_be_opened_is_one_line_and_exit_9(
         assert lines[0].startswith("devs: error: cannot open ")
     assert "x.sqlite" in missing_directory.stderr
     assert "PostgreSQL database of DEVS_DATABASE_URL" in no_database.stderr
+    # libpq's reason, not "couldn't get a connection after 30.00 sec"
+    assert 'database "nosuchdb" does not exist' in no_database.stderr
     bad_url = _serve_once(
         tmp_path / "x.sqlite", {"DEVS_DATABASE_URL": "mysql://u:pw@h/d"}
     )

@@ -18,6 +18,7 @@ from devs.domain import (
     NotFound,
     RecoveryService,
 )
+from devs.domain.names import NotificationKind
 
 TOKEN = "s3cret-token-for-tests"
 
@@ -92,3 +93,30 @@ def test_an_answer_that_is_not_the_services_is_a_service_error() -> None:
         client.task("t1")
     assert caught.value.status == 502
     assert "Bad Gateway" in str(caught.value)
+
+
+def test_notifications_from_an_older_server_keep_their_kind() -> None:
+    """Release 0.1.0 named a blocked attempt's notification
+    ``task:blacklisted_strategy_attempted``: a client reading such a server
+    gets today's kind, ``BLACKLISTED_STRATEGY_ATTEMPTED``."""
+    old = [
+        {"position": 3, "kind": "task:blacklisted_strategy_attempted",
+         "task_id": "t1", "at": "2025-01-01T00:00:00Z", "session_id": None,
+         "reason": "BLACKLISTED_STRATEGY", "failure_count": 1},
+        {"position": 4, "kind": "TASK_PAUSED", "task_id": "t1",
+         "at": "2025-01-01T00:00:00Z", "session_id": "s1",
+         "reason": "blacklisted_strategy", "failure_count": None},
+    ]  # fmt: skip
+
+    def server(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/notifications"
+        return httpx.Response(200, json=old)
+
+    http = httpx.Client(base_url="http://devs", transport=httpx.MockTransport(server))
+    with HttpRecoveryClient(http) as client:
+        found = client.notifications()
+    assert [n.kind for n in found] == [
+        NotificationKind.BLACKLISTED_STRATEGY_ATTEMPTED,
+        NotificationKind.TASK_PAUSED,
+    ]
+    assert found[0].model_dump(mode="json")["kind"] == "BLACKLISTED_STRATEGY_ATTEMPTED"

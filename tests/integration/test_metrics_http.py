@@ -178,7 +178,10 @@ def test_bad_filters_are_refused(
     error(http.get(path, params={"run_id": " r"}), 422, "invalid_input", "run_id")
     unauthorized = http.get(path, headers={"Authorization": "Bearer wrong"})
     assert unauthorized.status_code == 401
-    error(http.get(path, params={"after": 10**6}), 504, "not_caught_up", None)
+    late = error(
+        http.get(path, params={"after": 10**6}), 422, "position_not_recorded", "after"
+    )
+    assert late.startswith(f"position {10**6} has not been recorded")
 
 
 def test_json_is_the_services_model(http: TestClient, service: RecoveryService) -> None:
