@@ -32,7 +32,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import asynccontextmanager
 from importlib import metadata
 from queue import SimpleQueue
@@ -467,11 +466,12 @@ class Served:
         self._probe: Future[Readiness] | None = None
         self._probe_lock = threading.Lock()
 
-    def readiness(self, timeout: float = READY_WAIT) -> Readiness:
+    async def readiness(self, timeout: float = READY_WAIT) -> Readiness:
         """Whether the store answers and the read models caught up with the
         log, known within ``timeout`` seconds: one probe runs at a time in a
-        thread of its own, and every request meanwhile waits for it (a store
-        that does not answer holds one thread, not one per request)."""
+        thread of its own, and every request meanwhile awaits it on the loop
+        (a store that does not answer holds one thread, not one per request,
+        and no request waits for a free thread first)."""
         with self._probe_lock:
             probe = self._probe
             if probe is None or probe.done():
@@ -479,19 +479,28 @@ class Served:
                     self._prober = ThreadPoolExecutor(1, "devs-ready")
                 probe = self._probe = self._prober.submit(self._ready)
         try:
-            return probe.result(timeout)
-        except FutureTimeout:
-            reason = f"the store did not answer within {timeout:g} s"
+            return await asyncio.wait_for(
+                asyncio.shield(asyncio.wrap_future(probe)), timeout
+            )
+        except TimeoutError:
             known = last_store_failure(self.service)
             if known is not None:
-                reason = f"{reason}; the last attempt to connect said: {known}"
+                reason = (
+                    f"the store did not answer within {timeout:g} s; the last "
+                    f"attempt to connect said: {known}"
+                )
+            else:
+                reason = (
+                    f"no answer within {timeout:g} s: the store is slow, or the "
+                    "read models are behind the log"
+                )
             return Readiness(ready=False, position=0, reason=redact(reason))
 
     def _ready(self) -> Readiness:
         try:
             position = self.service.catch_up()
         except (StoreError, NotCaughtUp) as error:
-            return Readiness(ready=False, position=0, reason=str(error))
+            return Readiness(ready=False, position=0, reason=redact(str(error)))
         return Readiness(ready=True, position=position)
 
     def close(self) -> None:
@@ -679,10 +688,10 @@ async def healthz() -> Health:
 
 
 @service_routes.get("/readyz", responses={503: {"model": Readiness}})
-def readyz(served: Devs) -> Any:
+async def readyz(served: Devs) -> Any:
     """The store is reachable and the read models caught up: answered within
     about a second (503 with the reason otherwise)."""
-    readiness = served.readiness()
+    readiness = await served.readiness()
     if not readiness.ready:
         return JSONResponse(readiness.model_dump(), 503)
     return readiness
@@ -1211,7 +1220,7 @@ async def _devs_error(_: Request, error: DevsError) -> JSONResponse:
     store that cannot be used says when to ask again (``Retry-After``)."""
     field = error.field if isinstance(error, InvalidInput) else None
     answer = error_response(error.http_status, error.kind, str(error), field)
-    if isinstance(error, StoreError):
+    if isinstance(error, StoreError) and not isinstance(error, UnreadableEvent):
         wait = getattr(error, "retry_after", None) or STORE_RETRY_AFTER
         answer.headers["Retry-After"] = str(math.ceil(wait))
     return answer

@@ -6,6 +6,7 @@ at a time and events inserted in one round trip
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import threading
@@ -37,18 +38,18 @@ PERMANENT = re.compile(
     r"does not exist|password authentication failed|no pg_hba\.conf entry"
     r"|permission denied|not permitted to log in|authentication failed"
     r"|invalid sslmode value|invalid (?:URI query parameter|connection option)"
-    r"|server does not support SSL|certificate verify failed|sslmode value"
-    r"|could not translate host name",
+    r"|server does not support SSL|certificate verify failed",
     re.IGNORECASE,
 )
 """libpq's reasons that waiting will not mend: the setting must change. (A
-connection error carries no SQLSTATE; libpq's words are all there is.)"""
-SLICE = 0.1
-"""How often a request waiting for a connection looks at what the pool's
-attempts to connect said (a refusal ends the wait at once)."""
+connection error carries no SQLSTATE; libpq's words are all there is.) A host
+name that does not resolve is not one: a stopped container's name stops
+resolving until it is started again."""
+PROBE_EVERY = 0.5
+"""While the database is away, one attempt to connect per process at most
+this often, whatever the number of requests waiting."""
 MIN_CONNECT_TIMEOUT = 2
-"""libpq's ``connect_timeout`` counts whole seconds, and 1 is too few on a
-busy machine."""
+"""libpq treats a ``connect_timeout`` below 2 s as 2 s."""
 
 
 def reason_of(error: BaseException) -> str:
@@ -76,17 +77,24 @@ class StoreHealth:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.failure: Failure | None = None
+        self.reached = False
+        """Whether an attempt to connect has succeeded since the last failed."""
 
     def failed(self, error: BaseException) -> Failure:
         reason = reason_of(error)
         failure = Failure(time.monotonic(), reason, bool(PERMANENT.search(reason)))
         with self._lock:
-            self.failure = failure
+            self.failure, self.reached = failure, False
         return failure
 
     def connected(self) -> None:
         with self._lock:
-            self.failure = None
+            self.failure, self.reached = None, True
+
+    @property
+    def healthy(self) -> bool:
+        """The last attempt to connect succeeded: wait in the pool's queue."""
+        return self.reached
 
 
 def recording(
@@ -112,11 +120,23 @@ def recording(
 
 class BoundedPool(es_postgres.ConnectionPool[psycopg.Connection[DictRow]]):
     """eventsourcing's pool, whose wait for a connection is bounded and says
-    why it failed (:func:`bound` makes a datastore's pool one)."""
+    why it failed (:func:`bound` makes a datastore's pool one).
+
+    While the last attempt to connect succeeded, a request waits in the
+    pool's queue as usual, at most the time it has left. Otherwise (the
+    database is away, refuses, or was never reached by this process) it
+    does not queue: one attempt to connect at a time, at most every
+    :data:`PROBE_EVERY`, finds out for every request waiting, and a request
+    goes to the pool once one succeeds. psycopg's pool keeps a waiter that
+    timed out in its queue until a connection is handed out, and backs off
+    its own attempts for up to a minute: neither grows nor slows while the
+    database is away."""
 
     health: StoreHealth
     store_timeout: float
     where: str
+    _probe_lock: threading.Lock
+    _probed_at: float
 
     def getconn(self, timeout: float | None = None) -> Any:
         """A connection within ``timeout`` seconds (default: the store
@@ -124,36 +144,52 @@ class BoundedPool(es_postgres.ConnectionPool[psycopg.Connection[DictRow]]):
         libpq's reason: at once when the reason is one waiting will not
         mend."""
         budget = self.store_timeout if timeout is None else timeout
-        started = time.monotonic()
-        deadline = started + budget
-        failure = self.health.failure
-        if failure is not None and failure.permanent:
-            self._probe(started)  # refused again: at once
+        deadline = time.monotonic() + budget
         while True:
             remaining = deadline - time.monotonic()
-            try:
-                return super().getconn(timeout=max(0.001, min(SLICE, remaining)))
-            except TooManyRequests as error:
-                raise self._unavailable(budget, reason_of(error)) from None
-            except PoolTimeout:
-                failure = self.health.failure
-                if failure is not None and failure.permanent and failure.at >= started:
-                    raise self._refused(failure) from None
-                if time.monotonic() >= deadline:
-                    reason = failure.reason if failure is not None else None
-                    raise self._unavailable(budget, reason) from None
-
-    def _probe(self, started: float) -> None:
-        """Connect once, outside the pool, to see whether the database still
-        refuses (the pool's own attempts back off for seconds)."""
-        kwargs = self.kwargs
-        assert isinstance(kwargs, dict)
-        try:
-            self.connection_class.connect(**kwargs).close()
-        except psycopg.Error:
-            failure = self.health.failure
-            if failure is not None and failure.permanent and failure.at >= started:
+            if self.health.healthy:
+                try:
+                    return super().getconn(timeout=max(0.001, remaining))
+                except TooManyRequests as error:
+                    raise self._unavailable(budget, reason_of(error)) from None
+                except PoolTimeout:
+                    if self.health.healthy:  # it answers: every connection in use
+                        raise self._unavailable(budget, None) from None
+                    continue  # it went away meanwhile: find out below
+            failure = self._probe()
+            if failure is None:
+                continue  # reached: to the pool
+            if failure.permanent:
                 raise self._refused(failure) from None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._unavailable(budget, failure.reason) from None
+            time.sleep(min(PROBE_EVERY, remaining))
+
+    def _probe(self) -> Failure | None:
+        """Attempt to connect, outside the pool, unless another request is
+        doing so or did less than :data:`PROBE_EVERY` ago (then what that
+        found); the failure, or ``None`` once the database is reached."""
+        if not self._probe_lock.acquire(blocking=False):
+            return self.health.failure or Failure(
+                time.monotonic(), "no answer from PostgreSQL yet", False
+            )
+        try:
+            if time.monotonic() - self._probed_at >= PROBE_EVERY:
+                self._probed_at = time.monotonic()
+                assert isinstance(self.kwargs, dict)
+                kwargs = dict(self.kwargs)
+                if self.get_password_func is not None:  # eventsourcing's refresh
+                    kwargs["password"] = self.get_password_func()
+                with contextlib.suppress(psycopg.Error):  # the class records it
+                    self.connection_class.connect(**kwargs).close()
+        finally:
+            self._probe_lock.release()
+        if self.health.healthy:
+            return None
+        return self.health.failure or Failure(
+            time.monotonic(), "no answer from PostgreSQL yet", False
+        )
 
     def _refused(self, failure: Failure) -> StoreUnavailable:
         msg = (
@@ -178,6 +214,10 @@ class BoundedPool(es_postgres.ConnectionPool[psycopg.Connection[DictRow]]):
 
 REFUSED_RETRY_AFTER = 30.0
 """A refusal lasts until someone fixes the setting: ask again this late."""
+RECONNECT_GIVE_UP = 2.0
+"""The pool's own attempts to replace a connection lost are given up this
+late (psycopg_pool backs off 1, 2, 4, … s for five minutes by default): once
+the database is back, the next request's wait starts a fresh one at once."""
 
 
 def bound(datastore: es_postgres.PostgresDatastore, timeout: float) -> BoundedPool:
@@ -187,14 +227,12 @@ def bound(datastore: es_postgres.PostgresDatastore, timeout: float) -> BoundedPo
 
     eventsourcing waits ``POSTGRES_CONNECT_TIMEOUT`` (30 s) for its pool's
     connection, and its recorders try again ten times: minutes. Here a
-    request waits at most ``timeout`` seconds, looking every :data:`SLICE`
-    at what the pool's attempts to connect said, and then raises
+    request waits at most ``timeout`` seconds and then raises
     :class:`~devs.domain.errors.StoreUnavailable` with libpq's reason: at
     once when the reason is one waiting will not mend (a database that does
     not exist, a wrong password). That error is not one of the driver's, so
-    eventsourcing's recorders do not try again. The pool keeps trying to
-    connect in the background, and a request after the database is back
-    gets its connection: nothing needs a restart.
+    eventsourcing's recorders do not try again. Nothing needs a restart: a
+    request after the database is back gets its connection.
     """
     pool = datastore.pool
     pool_kwargs = pool.kwargs
@@ -204,18 +242,17 @@ def bound(datastore: es_postgres.PostgresDatastore, timeout: float) -> BoundedPo
     assert isinstance(pool, BoundedPool)
     pool.health = health
     pool.store_timeout = timeout
+    pool._probe_lock = threading.Lock()
+    pool._probed_at = -math.inf
     pool.where = (
         f"database {pool_kwargs.get('dbname')!r} on "
         f"{pool_kwargs.get('host')}:{pool_kwargs.get('port')}"
     )
     pool.connection_class = recording(health, pool.connection_class)
     pool.timeout = timeout
-    # Attempts to reconnect back off from 1 s and are given up this late; a
-    # request waiting then starts another at once (the pool grows), so a
-    # database that came back is found within seconds.
-    pool.reconnect_timeout = max(10.0, 2 * timeout)
+    pool.reconnect_timeout = RECONNECT_GIVE_UP
     pool_kwargs.setdefault(
-        "connect_timeout", max(MIN_CONNECT_TIMEOUT, math.ceil(timeout))
+        "connect_timeout", max(MIN_CONNECT_TIMEOUT, math.floor(timeout))
     )
     return pool
 

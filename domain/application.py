@@ -154,14 +154,23 @@ class RecoveryService(TaskCommands, Audits):
         if policy is not None and not isinstance(policy, Policy):
             msg = f"policy must be a Policy or None, got {_shown(policy)}"
             raise InvalidInput(msg, field="policy")
-        super().__init__(env)
-        self.policy = policy if policy is not None else load_policy(self.env)
-        self.read_wait = read_wait_of(self.env)
-        """How long a query waits for the read models (``DEVS_READ_WAIT``)."""
-        factory: Callable[[RecoveryService], ReadModels] = resolve_topic(
-            self.env[READ_MODELS_TOPIC]
-        )
-        self.read_models = factory(self)
+        try:
+            super().__init__(env)
+            self.policy = policy if policy is not None else load_policy(self.env)
+            self.read_wait = read_wait_of(self.env)
+            """How long a query waits for the read models (``DEVS_READ_WAIT``)."""
+            factory: Callable[[RecoveryService], ReadModels] = resolve_topic(
+                self.env[READ_MODELS_TOPIC]
+            )
+            self.read_models = factory(self)
+        except BaseException:
+            # A store that could not be opened: its connections (a PostgreSQL
+            # pool and its threads) are let go now, not whenever the garbage
+            # collector runs, which may be in one of those threads.
+            opened = getattr(self, "factory", None)
+            if opened is not None:
+                opened.close()
+            raise
 
     def construct_env(self, name: str, env: EnvType | None = None) -> Any:
         """The env (this class's, ``os.environ`` and ``env``, merged), completed

@@ -116,8 +116,8 @@ class StoreUnavailable(StoreError):
     """The store could not be reached within the wait allowed
     (``DEVS_STORE_TIMEOUT``), or refuses the connection for a reason that
     waiting will not mend (a database that does not exist, a wrong password).
-    Nothing was written. ``retry_after`` says when asking again may help
-    (``None``: not before the setting is fixed). Reported as the store being
+    Nothing was written. ``retry_after`` says in how many seconds asking
+    again may help (``None``: the caller's default). Reported as the store being
     unavailable, like :class:`StoreError`: not a failure of the database the
     driver may retry, so it ends a command at once."""
 

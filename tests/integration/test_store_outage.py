@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 
 from devs.adapters.config import Settings, open_service
 from devs.adapters.http import create_app
+from devs.adapters.postgres import PROBE_EVERY, BoundedPool
 from devs.domain import RecoveryService, StoreUnavailable, UnknownTask
 from devs.projections.postgres import PostgresReadModels
 from tests.helpers import wait_until
@@ -114,8 +115,12 @@ def test_a_short_outage_within_the_bound_is_ridden_through(
         waiting.start()
         time.sleep(2.0)
         server.restart()
+        back = time.monotonic()
         waiting.join(60)
         assert outcome == [None]  # it waited for the database, then recorded
+        # Found within about PROBE_EVERY, not at the pool's next back-off
+        # (1, 2, 4, 8, 16 s: seconds after the database was back).
+        assert time.monotonic() - back < 8
         assert service.task("during").task_id == "during"
     finally:
         service.close()
@@ -235,3 +240,44 @@ def test_the_projection_runner_says_an_outage_once_and_its_end_once(
     assert sum("runs again" in line for line in lines) == 1, lines
     assert sum("stopped" in line for line in lines) <= 1, lines
     assert not any(record.exc_info for record in caplog.records)
+
+
+def test_waiting_requests_neither_pile_up_nor_each_knock(
+    server: PostgresServer, url: str
+) -> None:
+    """psycopg's pool keeps a waiter that timed out in its queue until a
+    connection is handed out: requests must not queue there while the
+    database is away (one per slice grew it without end). And however many
+    requests wait, one attempt to connect at a time finds out for all."""
+    service = opened(url, timeout=1)
+    try:
+        service.start_task("before")
+        server.halt()
+        attempts: list[float] = []
+        pool = service.factory.datastore.pool  # type: ignore[attr-defined]
+        assert isinstance(pool, BoundedPool)
+        connect = pool.connection_class.connect
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            attempts.append(time.monotonic())
+            return connect(*args, **kwargs)
+
+        pool.connection_class.connect = counted  # type: ignore[method-assign]
+        callers = [
+            threading.Thread(target=took, args=(lambda: service.start_task("x"),))
+            for _ in range(8)
+        ]
+        started = time.monotonic()
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(30)
+        for _ in range(4):
+            took(lambda: service.start_task("y"))
+        seconds = time.monotonic() - started
+        assert pool.get_stats().get("requests_waiting", 0) <= 1
+        # about one a PROBE_EVERY, plus the pool's own replacements
+        assert len(attempts) <= seconds / PROBE_EVERY + 10, (len(attempts), seconds)
+    finally:
+        server.restart()
+        service.close()
