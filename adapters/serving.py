@@ -51,6 +51,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from importlib import metadata
 from multiprocessing.context import SpawnProcess
 from types import FrameType
@@ -60,12 +61,13 @@ import uvicorn
 
 from devs.adapters.config import (
     DEFAULT_NICENESS,
+    POSTGRES_MODULES,
     PROJECTIONS_ENV,
     Backend,
     Projections,
     Settings,
+    assemble,
     open_service,
-    postgres_env,
 )
 
 APP = "devs.adapters.http:app_from_env"
@@ -133,17 +135,20 @@ def _watch_parent(parent: int, signum: int, signalled: bool) -> None:
     os._exit(1)
 
 
-def store_of(settings: Settings) -> str:
+def store_of(settings: Settings, environ: Mapping[str, str] | None = None) -> str:
     """The store ``settings`` open, in words for a log (never a password,
-    nor the user): the SQLite file, or PostgreSQL's database, host and port."""
-    if settings.backend is Backend.POSTGRES:
-        assert settings.database_url is not None
-        env = postgres_env(settings.database_url.get_secret_value())
-        host, port = env["POSTGRES_HOST"], env["POSTGRES_PORT"]
-        return f"PostgreSQL {env['POSTGRES_DBNAME']} on {host}:{port}"
-    if settings.backend is Backend.MEMORY or settings.db.startswith("file:"):
+    nor the user): the SQLite file, or PostgreSQL's database, host and port,
+    as the assembly chooses them (``DEVS_DATABASE_URL``, or eventsourcing's
+    ``POSTGRES_*`` settings from ``environ``, default ``os.environ``)."""
+    given = {**(os.environ if environ is None else environ), **settings.environ()}
+    env = {**given, **assemble(given)}
+    if env.get("PERSISTENCE_MODULE") in POSTGRES_MODULES:
+        host, port = env.get("POSTGRES_HOST", "?"), env.get("POSTGRES_PORT", "5432")
+        return f"PostgreSQL {env.get('POSTGRES_DBNAME', '?')} on {host}:{port}"
+    db = str(env.get("SQLITE_DBNAME") or settings.db)
+    if settings.backend is Backend.MEMORY or db.startswith("file:"):
         return f"SQLite {settings.db}"
-    return f"SQLite {os.path.abspath(settings.db)}"
+    return f"SQLite {os.path.abspath(db)}"
 
 
 def version() -> str:

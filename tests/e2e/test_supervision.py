@@ -295,3 +295,24 @@ def test_sigterm_ends_open_streams_at_once(tmp_path: Path, workers: str) -> None
         if server.process.poll() is None:
             server.process.kill()
             server.process.communicate(timeout=30)
+
+
+def test_the_start_line_names_the_store_the_assembly_opens() -> None:
+    """With eventsourcing's own POSTGRES_* settings and no URL, PostgreSQL is
+    opened (the assembly), and the line said SQLite; never the password."""
+    from devs.adapters.config import Settings
+    from devs.adapters.serving import store_of
+
+    environ = {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_HOST": "db.internal",
+        "POSTGRES_PORT": "6432",
+        "POSTGRES_DBNAME": "devs",
+        "POSTGRES_USER": "devs",
+        "POSTGRES_PASSWORD": "s3cret-pw",
+    }
+    line = store_of(Settings.from_environ(environ), environ)
+    assert line == "PostgreSQL devs on db.internal:6432"
+    url = {"DEVS_DATABASE_URL": "postgresql://u:pw-secret@h:5433/d"}
+    assert store_of(Settings.from_environ(url), url) == "PostgreSQL d on h:5433"
+    assert store_of(Settings.from_environ({}), {}).startswith("SQLite /")
