@@ -536,6 +536,26 @@ def assemble(environ: Mapping[str, str]) -> dict[str, str]:
     return assembled
 
 
+class _Assembly:
+    """devs-recovery's :class:`~devs.domain.ports.Assembly`: the
+    ``devs.assembly`` entry point, through which a ``RecoveryService``
+    constructed directly completes its env (:func:`assemble`) and words a path
+    given where its env belongs (:meth:`opening`)."""
+
+    def __call__(self, env: Mapping[str, str], /) -> dict[str, str]:
+        return assemble(env)
+
+    def opening(self, path: str, /) -> str:
+        return (
+            f"open_service(Settings(db={path!r:.200})) (from devs.adapters.config), "
+            f"or RecoveryService(env={{{DB_ENV!r}: {path!r:.200}}})"
+        )
+
+
+ASSEMBLY = _Assembly()
+"""The ``devs.assembly`` entry point's object (``pyproject.toml``)."""
+
+
 def open_service(
     settings: Settings | None = None,
     *,

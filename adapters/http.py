@@ -36,6 +36,7 @@ from contextlib import asynccontextmanager
 from importlib import metadata
 from queue import SimpleQueue
 from typing import Annotated, Any, TypeVar
+from urllib.parse import quote
 
 import orjson
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
@@ -58,6 +59,7 @@ from devs.adapters.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from devs.adapters.prometheus import exposition
 from devs.domain import (
     ActionResult,
+    AlreadyExists,
     AttemptDecision,
     DevsError,
     EntropyDecision,
@@ -653,8 +655,9 @@ query runs in ``service.reading_after(position)``."""
 
 class HttpRoute(APIRoute):
     """A route whose refusals say what to do in HTTP's words: an unknown task
-    or run names ``POST /tasks`` or ``POST /runs``, where the service's own
-    message names its Python method (``start_task()``, ``start_run()``)."""
+    or run names ``POST /tasks`` or ``POST /runs``, one started again the
+    requests that go on with it, where the service's own message names its
+    Python methods (``start_task()``, ``start_run()``, ``begin_attempt()``)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -666,6 +669,22 @@ class HttpRoute(APIRoute):
                 raise UnknownTask(error.task_id, start_with="POST /tasks") from None
             except UnknownRun as error:
                 raise UnknownRun(error.run_id, start_with="POST /runs") from None
+            except AlreadyExists as error:
+                if error.task_id is not None:
+                    path = f"/tasks/{quote(error.task_id, safe='')}"
+                    raise AlreadyExists.task(
+                        error.task_id,
+                        next_step=f"record its attempts with POST {path}/attempts, "
+                        f"or read it with GET {path}",
+                    ) from None
+                if error.run_id is not None:
+                    path = f"/runs/{quote(error.run_id, safe='')}"
+                    raise AlreadyExists.run(
+                        error.run_id,
+                        next_step="start its tasks with POST /tasks (its run_id), "
+                        f"or read it with GET {path}",
+                    ) from None
+                raise
 
         return worded
 

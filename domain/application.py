@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -68,6 +69,7 @@ from devs.domain.names import HumanAction, Resolution
 from devs.domain.policy import Policy, load_policy
 from devs.domain.ports import (
     READ_MODELS_TOPIC,
+    Assembly,
     FailureReport,
     GateStatus,
     HandoffEntry,
@@ -112,8 +114,9 @@ from devs.domain.values import (
 )
 
 ASSEMBLY_GROUP = "devs.assembly"
-"""The entry-point group of the function that completes a service's env:
-which store, which read models (``devs.adapters.config:assemble``)."""
+"""The entry-point group of the :class:`~devs.domain.ports.Assembly` that
+completes a service's env: which store, which read models
+(``devs.adapters.config:ASSEMBLY``)."""
 logger = logging.getLogger("devs.service")
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -233,8 +236,7 @@ class RecoveryService(TaskCommands, Audits):
             except IntegrityError:
                 if receipt is not None and (issued := self._issued(receipt)):
                     return issued  # type: ignore[no-any-return]
-                msg = f"run {run_id!r} was already started"
-                raise AlreadyExists(msg) from None
+                raise AlreadyExists.run(run_id) from None
             return answer
 
     @api
@@ -762,6 +764,14 @@ def _check_env(env: object) -> None:
     password)."""
     if env is None:
         return
+    if isinstance(env, (str, bytes, os.PathLike)):  # a store, meant as a path
+        path = os.fsdecode(env)
+        msg = (
+            f"env must be a mapping of setting names to texts, got a "
+            f"{type(env).__name__}: RecoveryService() takes no path; to open "
+            f"the store at {path!r:.200}, call {_assembly().opening(path)}"
+        )
+        raise InvalidInput(msg, field="env")
     wrong = f"{type(env).__name__}"
     if isinstance(env, Mapping):
         wrong = next(
@@ -798,9 +808,9 @@ def _found(value: T | None, task_id: str) -> T:
 
 
 @functools.cache
-def _assembly() -> Callable[[Mapping[str, str]], Mapping[str, str]]:
-    """The function of the ``devs.assembly`` entry point: exactly one must be
-    installed (devs-recovery's own, ``devs.adapters.config:assemble``)."""
+def _assembly() -> Assembly:
+    """The :class:`Assembly` of the ``devs.assembly`` entry point: exactly one
+    must be installed (devs-recovery's own, ``devs.adapters.config:ASSEMBLY``)."""
     found = entry_points(group=ASSEMBLY_GROUP)
     if len(found) != 1:
         names = ", ".join(sorted(point.value for point in found)) or "none"
@@ -809,7 +819,5 @@ def _assembly() -> Callable[[Mapping[str, str]], Mapping[str, str]]:
             f"(installed with devs-recovery), found {names}: reinstall the package"
         )
         raise StoreError(msg)
-    assemble: Callable[[Mapping[str, str]], Mapping[str, str]] = next(
-        iter(found)
-    ).load()
-    return assemble
+    assembly: Assembly = next(iter(found)).load()
+    return assembly

@@ -405,8 +405,7 @@ class TaskCommands(Application[str]):
                     return issued  # type: ignore[no-any-return]
             with turn(self._locks.task(task_id)), turn(self._locks.run(run_id)):
                 if self._find_task(task_id) is not None:
-                    msg = f"task {task_id!r} was already started"
-                    raise AlreadyExists(msg)
+                    raise AlreadyExists.task(task_id)
                 run = self._get_run(run_id) if run_id is not None else None
                 task = make()
                 with suppress(_Stale):

@@ -80,9 +80,45 @@ class UnknownRun(NotFound):
 
 
 class AlreadyExists(DevsError):
-    """A task or run with this id was started before."""
+    """A task or run with this id was started before.
+
+    :meth:`task` and :meth:`run` word it with the next step, in the words of
+    the caller's edge (``next_step``: the Python API's methods by default);
+    ``task_id`` or ``run_id`` says which it was (``None`` when only a message
+    is known, as in an error read back from HTTP)."""
 
     kind = "already_exists"
+
+    def __init__(
+        self, message: str, *, task_id: str | None = None, run_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.run_id = run_id
+
+    @classmethod
+    def task(
+        cls,
+        task_id: str,
+        *,
+        next_step: str = "record its attempts with begin_attempt(), or read it "
+        "with task()",
+    ) -> AlreadyExists:
+        """Task ``task_id`` exists: start another id, or go on with this one."""
+        return cls(
+            f"task {task_id!r} was already started: {next_step}", task_id=task_id
+        )
+
+    @classmethod
+    def run(
+        cls,
+        run_id: str,
+        *,
+        next_step: str = "start its tasks with start_task(run_id=...), or read "
+        "it with run_state()",
+    ) -> AlreadyExists:
+        """Run ``run_id`` exists: start another id, or go on with this one."""
+        return cls(f"run {run_id!r} was already started: {next_step}", run_id=run_id)
 
 
 class IllegalTransition(DevsError):

@@ -8,7 +8,7 @@ persistence module. Nothing here knows about SQL.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -189,6 +189,22 @@ class Verification(Immutable):
 
 
 # ---------------------------------------------------------------- the ports
+
+
+class Assembly(Protocol):
+    """What the ``devs.assembly`` entry point gives a :class:`RecoveryService`
+    constructed directly: the edge that knows stores, files and URLs.
+    devs-recovery's own is ``devs.adapters.config:ASSEMBLY``."""
+
+    def __call__(self, env: Mapping[str, str], /) -> Mapping[str, str]:
+        """eventsourcing's settings for a service whose env is ``env``: which
+        store, which read models."""
+        ...
+
+    def opening(self, path: str, /) -> str:
+        """The calls that open a store at ``path``, in the caller's words (for
+        a refusal of a path passed where ``env`` belongs)."""
+        ...
 
 
 class TaskIndex(Protocol):

@@ -680,11 +680,32 @@ class _Refusal:
         self.var_positional = next(
             (p.name for p in parameters if p.kind is p.VAR_POSITIONAL), None
         )
+        self.keyword_only = [p.name for p in parameters if p.kind is p.KEYWORD_ONLY]
+        self.checked = frozenset(hints)
         self.wordings = {
             name: wording
             for name, hint in hints.items()
             if (wording := _wording_of(hint)) is not None
         }
+
+    def _hint(self) -> str:
+        """After "too many positional arguments": which are keyword-only, and
+        the call written out (names only, never a value)."""
+        if not self.keyword_only or self.var_positional is not None:
+            return ""
+        # A method's ``self`` (first, not annotated) is not the caller's to pass.
+        skip = 1 if self.positional and self.positional[0] not in self.checked else 0
+        positional = self.positional[skip:]
+        short = self.qualname.rpartition(".")[2]
+        written = ", ".join([*positional, *(f"{n}=..." for n in self.keyword_only)])
+        takes = (
+            f"takes {', '.join(positional)} positionally"
+            if positional
+            else "takes no positional argument"
+        )
+        only = ", ".join(self.keyword_only)
+        verb = "is" if len(self.keyword_only) == 1 else "are"
+        return f"; {short}() {takes}; {only} {verb} keyword-only: {short}({written})"
 
     def _name(self, key: int | str) -> str:
         if isinstance(key, str):
@@ -702,7 +723,10 @@ class _Refusal:
                 try:  # Python's own words for a call that does not fit
                     self.signature.bind(*args, **kwargs)
                 except TypeError as mismatch:
-                    return TypeError(f"{self.qualname}() {mismatch}")
+                    hint = (
+                        self._hint() if "too many positional" in str(mismatch) else ""
+                    )
+                    return TypeError(f"{self.qualname}() {mismatch}{hint}")
                 where = error["loc"][0] if error["loc"] else ""
                 return TypeError(f"{self.qualname}() {error['msg'].lower()}: {where!r}")
         # Pydantic checks parameters in signature order: the first error is the

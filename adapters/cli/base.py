@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import getpass
 import logging
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -19,8 +20,9 @@ from rich.console import Console
 from rich.table import Table
 
 from devs.adapters import presenters
-from devs.adapters.config import DB_ENV, DEFAULT_DB, Settings, open_service
+from devs.adapters.config import DB_ENV, DEFAULT_DB, Backend, Settings, open_service
 from devs.domain import (
+    AlreadyExists,
     AttemptDecision,
     DevsError,
     GateDecision,
@@ -101,13 +103,30 @@ class Context:
             try:
                 self._app = open_service(settings)
             except StoreError as error:
-                msg = f"cannot open {settings.where}: {error}"
+                reason = missing_directory(settings) or str(error)
+                msg = f"cannot open {settings.where}: {reason}"
                 raise StoreError(msg) from None
         return self._app
 
     def close(self) -> None:
         if self._app is not None:
             self._app.close()
+
+
+def missing_directory(settings: Settings) -> str | None:
+    """Why a SQLite file cannot be opened when its directory does not exist
+    (SQLite's own words, "unable to open database file", do not say)."""
+    if settings.backend is not Backend.SQLITE or settings.db.startswith("file:"):
+        return None
+    folder = os.path.dirname(os.path.abspath(settings.db))
+    if os.path.isdir(folder):
+        return None
+    shown = os.path.dirname(settings.db) or folder
+    return (
+        f"the directory {shown!r} does not exist: create it "
+        f"(mkdir -p {shlex.quote(shown)}), or choose a file in another one "
+        f"with --db or {DB_ENV}"
+    )
 
 
 def fail(message: str, code: ExitCode) -> None:
@@ -117,8 +136,9 @@ def fail(message: str, code: ExitCode) -> None:
 
 def error_line(error: DevsError) -> str:
     """The error as one line, in the command line's words: an unknown task or
-    run names the ``devs`` command that starts it, where the service's own
-    message names its method (``start_task()``, ``start_run()``)."""
+    run names the ``devs`` command that starts it, and one started again the
+    commands that go on with it, where the service's own message names its
+    methods (``start_task()``, ``begin_attempt()``, ...)."""
     if isinstance(error, UnknownTask):
         message = redact(
             f"unknown task {error.task_id!r}: start it with "
@@ -128,6 +148,25 @@ def error_line(error: DevsError) -> str:
         message = redact(
             f"unknown run {error.run_id!r}: start it with "
             f"`devs run start {shlex.quote(error.run_id)} --dag FILE` first"
+        )
+    elif isinstance(error, AlreadyExists) and error.task_id is not None:
+        task = shlex.quote(error.task_id)
+        message = str(
+            AlreadyExists.task(
+                error.task_id,
+                next_step=f"record its attempts with `devs attempt {task} STRATEGY`, "
+                f"or show it with `devs task show {task}`",
+            )
+        )
+    elif isinstance(error, AlreadyExists) and error.run_id is not None:
+        run = shlex.quote(error.run_id)
+        message = str(
+            AlreadyExists.run(
+                error.run_id,
+                next_step="start its tasks with "
+                f"`devs task start TASK_ID --run {run}`, "
+                f"or show it with `devs run show {run}`",
+            )
         )
     else:
         message = str(error)  # redacted already: DevsError redacts its message
@@ -185,6 +224,21 @@ actor_option = click.option(
 pass_context = click.make_pass_decorator(Context)
 
 
+class OnceEach(logging.Filter):
+    """Lets each distinct message through once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.seen:
+            return False
+        self.seen.add(message)
+        return True
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
@@ -216,6 +270,16 @@ def cli(ctx: click.Context, db: str | None, verbose: bool) -> None:
     read_models = logging.getLogger("devs.read_models")
     read_models.addHandler(repairs)
     ctx.call_on_close(lambda: read_models.removeHandler(repairs))
+    # A setting ignored (an invalid threshold) is said once, however many
+    # times a service is opened (`devs serve` opens one to check, then its
+    # worker another).
+    ignored = logging.StreamHandler(sys.stderr)
+    ignored.setFormatter(logging.Formatter("devs: warning: %(message)s"))
+    ignored.setLevel(logging.WARNING)
+    ignored.addFilter(OnceEach())
+    policy = logging.getLogger("devs.policy")
+    policy.addHandler(ignored)
+    ctx.call_on_close(lambda: policy.removeHandler(ignored))
     context = Context(db)
     ctx.obj = context
     ctx.call_on_close(context.close)

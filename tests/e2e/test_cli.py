@@ -786,3 +786,39 @@ def event_count_pg(url: str) -> int:
         ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def test_an_invalid_threshold_is_one_warning_on_stderr(devs: Devs) -> None:
+    """It was a log record nobody saw: the task started with 3, silently."""
+    started = devs(
+        "task", "start", "t", "--json", env={"DEVS_ESCALATION_THRESHOLD": "abc"}
+    )
+    assert json.loads(started.stdout)["policy"]["escalation_threshold"] == 3
+    lines = started.stderr.strip().splitlines()
+    assert lines == [
+        "devs: warning: ignoring DEVS_ESCALATION_THRESHOLD='abc' (Input should be "
+        "a valid integer, unable to parse string as an integer); using the default 3"
+    ]
+
+
+def test_a_missing_directory_is_named(devs: Devs) -> None:
+    result = subprocess.run(
+        [DEVS, "--db", "missing-dir/x.sqlite", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=devs.cwd,
+        check=False,
+    )
+    assert result.returncode == STORE, result.stderr
+    assert_one_line_error(result, "the directory 'missing-dir' does not exist")
+    assert not (devs.cwd / "missing-dir").exists()
+
+
+def test_a_task_started_again_names_the_commands_that_go_on(devs: Devs) -> None:
+    devs("task", "start", "t1")
+    assert_one_line_error(
+        devs("task", "start", "t1", code=REFUSED),
+        "task 't1' was already started: record its attempts with "
+        "`devs attempt t1 STRATEGY`, or show it with `devs task show t1`",
+    )

@@ -424,3 +424,26 @@ def test_client_processes_on_two_workers_on_postgresql(
         assert read_models() == before
     finally:
         running.stop()
+
+
+def test_an_invalid_threshold_is_one_warning_not_one_per_worker(
+    tmp_path: Path,
+) -> None:
+    running = Server(
+        tmp_path / "state.sqlite",
+        "--workers",
+        "2",
+        env={"DEVS_ESCALATION_THRESHOLD": "abc"},
+    )
+    try:
+        started = post(running, "/tasks", {"task_id": "t"})
+        assert started["policy"]["escalation_threshold"] == 3
+    finally:
+        running.client.close()
+        running.process.terminate()
+        _, errors = running.process.communicate(timeout=30)
+    warnings = [line for line in errors.splitlines() if "warning" in line]
+    assert warnings == [
+        "devs: warning: ignoring DEVS_ESCALATION_THRESHOLD='abc' (Input should be "
+        "a valid integer, unable to parse string as an integer); using the default 3"
+    ], errors

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from devs.adapters import config
 from devs.adapters.config import (
+    ASSEMBLY,
     Backend,
     Projections,
     Settings,
@@ -215,8 +216,10 @@ def test_a_bad_setting_is_refused_before_anything_is_opened(tmp_path: Path) -> N
 
 def test_recovery_service_finds_the_assembly_by_its_entry_point() -> None:
     (point,) = entry_points(group=ASSEMBLY_GROUP)
-    assert point.value == "devs.adapters.config:assemble"
-    assert point.load() is assemble
+    assert point.value == "devs.adapters.config:ASSEMBLY"
+    assert point.load() is ASSEMBLY
+    given = {"DEVS_DB": "x.sqlite", "DEVS_DATABASE_URL": ""}
+    assert ASSEMBLY(given) == assemble(given)
 
 
 def test_recovery_service_and_open_service_open_the_same_store(

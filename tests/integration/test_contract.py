@@ -481,11 +481,21 @@ def test_the_errors_are_the_same_everywhere(make_service: MakeService) -> None:
         ),
         (
             lambda: service.start_task("t"),
-            (AlreadyExists.__name__, "task 't' was already started", None),
+            (
+                AlreadyExists.__name__,
+                "task 't' was already started: record its attempts with "
+                "begin_attempt(), or read it with task()",
+                None,
+            ),
         ),
         (
             lambda: service.start_run("r", {"a": []}),
-            (AlreadyExists.__name__, "run 'r' was already started", None),
+            (
+                AlreadyExists.__name__,
+                "run 'r' was already started: start its tasks with "
+                "start_task(run_id=...), or read it with run_state()",
+                None,
+            ),
         ),
         (
             lambda: service.resume("t", actor="a", reason="r"),
