@@ -21,7 +21,10 @@ Suspending is LangGraph's own ``interrupt()`` with a JSON payload
 (:func:`suspension_payload`). ``graph.invoke(Command(resume={...}), config)``
 resumes: the value is a :class:`HumanDecision` (``action``: ``resume``,
 ``rewind``, ``skip``, ``claim`` or ``resolve``; ``actor``; ``reason``), which
-the node records in devs-recovery before the graph goes on.
+the node records in devs-recovery before the graph goes on. A refused answer
+suspends the graph again, the payload's ``error`` saying why; a suspension
+answered outside the graph (``devs resolve``…) ends at the next run of the
+node, routed by the answer the log holds.
 
 LangGraph runs an interrupted node again from its start on resume, and a
 graph resumed after its process died runs again the step whose checkpoint
@@ -51,10 +54,11 @@ from langgraph.types import interrupt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from devs.adapters.client import HttpRecoveryClient
-from devs.adapters.sandbox import Isolation, run_gate
+from devs.adapters.sandbox import Isolation, check_allow_paths, run_gate
 from devs.domain import (
     ActionResult,
     GateDecision,
+    IllegalTransition,
     InvalidInput,
     Outcome,
     TaskSummary,
@@ -105,7 +109,9 @@ class HumanDecision(BaseModel):
     escalation or a pause; ``claim`` and ``resolve`` (``resolution``:
     ``return``, ``complete`` or ``skip``) a hand-off — ``resolve`` claims
     the task first when nobody has, and ``claim`` alone suspends the graph
-    again until the claimer resolves.
+    again until the claimer resolves. Once the hand-off is claimed, only
+    ``resolve`` is offered: the claimer's repeated ``claim`` changes nothing,
+    and another human's is refused.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -150,11 +156,20 @@ def suspension_payload(
         "report": _json(report),
         "handoff": _json(summary.handoff) if handoff else None,
         "claimed_by": summary.claimed_by if handoff else None,
-        "answers": list(_ANSWERS["handoff" if handoff else "waiting"]),
+        "answers": list(_answers(handoff=handoff, claimed_by=summary.claimed_by)),
     }
     if extra:
         payload.update(extra)
     return payload
+
+
+def _answers(*, handoff: bool, claimed_by: str | None) -> tuple[str, ...]:
+    """The actions a suspension takes: a claimed hand-off only ``resolve``."""
+    if not handoff:
+        return _ANSWERS["waiting"]
+    if claimed_by is not None:
+        return ("resolve",)
+    return _ANSWERS["handoff"]
 
 
 def _json(value: Any) -> Any:
@@ -184,6 +199,7 @@ class Referee:
         on_handoff: Literal["suspend", "end"] = "suspend",
         lesson_of: Callable[[Mapping[str, Any], GateDecision], tuple[str, str] | None]
         | None = None,
+        allow_paths: Sequence[str | Path] = (),
     ) -> None:
         """``service``: a ``RecoveryService`` (in process), an
         ``HttpRecoveryClient``, or the base URL of ``devs serve`` (with
@@ -195,7 +211,30 @@ class Referee:
         ``end`` ends the graph and leaves the task in the hand-off queue.
         ``lesson_of``: after a failed gate, the lesson a root-cause analysis
         drew, ``(failed_strategy, rca_summary)`` (None: none), logged before
-        the graph goes on; the strategy is then blacklisted for this task."""
+        the graph goes on; the strategy is then blacklisted for this task.
+        ``allow_paths``: absolute paths the gate sandbox would hide (in the
+        home directory, ``/tmp``, ``/run``) that the test command needs, shown
+        read-only (the CLI's ``--allow-path``); the Python installation
+        running devs, the active virtual environment and a Python command's
+        own installation are shown without them.
+
+        ``test_command`` is required: there is no default gate command."""
+        if test_command is None or (
+            not callable(test_command) and not list(test_command)
+        ):
+            msg = (
+                "Referee(test_command=...) is required: the command the gate "
+                'runs, e.g. ["python", "-m", "pytest", "-q"], or a callable '
+                "taking the graph state"
+            )
+            raise InvalidInput(msg, field="test_command")
+        if isinstance(test_command, str):
+            msg = (
+                "Referee(test_command=...) must be a list of arguments, "
+                f"not one string: {test_command!r}"
+            )
+            raise InvalidInput(msg, field="test_command")
+        self.allow_paths = check_allow_paths(allow_paths)
         if isinstance(service, str):
             service = HttpRecoveryClient(service, token=token)
         self.service: Backend = service
@@ -280,7 +319,9 @@ class Referee:
         task_id = _text(state, "task_id")
         command = self._command(state)
         workdir = self._workdir(state)
-        run = _run_tests(command, workdir, self.timeout, self.isolation).result()
+        run = _run_tests(
+            command, workdir, self.timeout, self.isolation, list(self.allow_paths)
+        ).result()
         strategy = state.get("strategy")
         strategy = strategy if isinstance(strategy, str) else None
         record = self._once_or_recorded(
@@ -388,16 +429,24 @@ class Referee:
         route and what the human decided.
 
         An answer that is refused (not a human decision, an action this
-        suspension does not take, a value the service refuses) records
-        nothing and suspends again, the payload's ``error`` saying why:
-        LangGraph keeps every resume value of a node, so the node must
-        consume a bad one rather than fail on it each time it runs."""
+        suspension does not take, a value or a transition the service
+        refuses) records nothing and suspends again, the payload's ``error``
+        saying why: LangGraph keeps every resume value of a node, so the node
+        must consume a bad one rather than fail on it each time it runs.
+
+        A suspension answered outside the graph (``devs resume``,
+        ``devs resolve``, the HTTP API) is not asked again: the node routes
+        from the answer the task's history holds."""
         handoff = reason == HAND_OFF_REQUIRED
         if handoff and self.on_handoff == "end":  # the queue has it
             return {"session_id": session_id, "route": "end"}
-        refused: InvalidInput | None = None
+        refused: InvalidInput | IllegalTransition | None = None
         while True:
             summary = self.service.task(task_id)
+            if not _still_suspended(summary, handoff=handoff, session_id=session_id):
+                return self._answered_outside(
+                    task_id, summary, session_id, after_resume=after_resume
+                )
             payload = suspension_payload(
                 task_id=task_id,
                 where=where,
@@ -409,18 +458,28 @@ class Referee:
                 extra=extra,
             )
             if refused is not None:
-                payload["error"] = {"detail": str(refused), "field": refused.field}
+                payload["error"] = {
+                    "detail": str(refused),
+                    "field": getattr(refused, "field", None),
+                }
             raw = interrupt(payload)
             try:
                 answer = _human(raw)
-                allowed = _ANSWERS["handoff" if handoff else "waiting"]
+                allowed = payload["answers"]
+                claimer = summary.claimed_by if handoff else None
+                if answer.action == "claim" and claimer == answer.actor:
+                    steps.next("claim")  # the claimer's claim again: nothing to do
+                    refused = None
+                    continue
                 if answer.action not in allowed:
                     msg = (
                         f"{reason} takes {' or '.join(allowed)}, not {answer.action!r}"
                     )
+                    if claimer is not None:
+                        msg += f": the hand-off is already claimed by {claimer!r}"
                     raise InvalidInput(msg, field="action")
                 result = self._record(steps, task_id, answer, summary)
-            except InvalidInput as error:
+            except (InvalidInput, IllegalTransition) as error:
                 refused = error
                 continue
             refused = None
@@ -436,13 +495,50 @@ class Referee:
             }
             if answer.action == "rewind":
                 decided["rewind_to"] = result.to_commit
-            if answer.action == "skip" or answer.resolution in ("complete", "skip"):
-                return {**decided, "route": "end"}
-            if answer.action == "resolve":  # returned to the agent
-                return {**decided, "route": "retry"}
-            if answer.action == "rewind":
-                return {**decided, "route": "retry"}
-            return {**decided, "route": after_resume}
+            return _routed(decided, answer.action, answer.resolution, after_resume)
+
+    def _answered_outside(
+        self,
+        task_id: str,
+        summary: TaskSummary,
+        session_id: str | None,
+        *,
+        after_resume: Route,
+    ) -> dict[str, Any]:
+        """The route after a suspension a human answered outside the graph
+        (or this node answered before a crash lost its checkpoint): the
+        task's last human answer decides, as if given here."""
+        decided: dict[str, Any] = {
+            "session_id": session_id,
+            "decided_by": None,
+            "action": None,
+            "reason": None,
+            "state": str(summary.state),
+            "next_node": None,
+            "outside": True,
+        }
+        for entry in reversed(self.service.history(task_id)):
+            action = _OUTSIDE_ACTIONS.get(entry.event)
+            if action is None:
+                continue
+            changes = entry.changes
+            resolution = changes.get("resolution")
+            decided.update(
+                decided_by=changes.get("actor"),
+                action=action,
+                reason=changes.get("reason"),
+            )
+            if action == "rewind":
+                decided["rewind_to"] = changes.get("to_commit")
+            return _routed(
+                decided,
+                action,
+                None if resolution is None else str(resolution),
+                after_resume,
+            )
+        # no human answer in the log: the task moved on by itself
+        route: Route = "end" if str(summary.state) in _ENDED else after_resume
+        return {**decided, "route": route}
 
     def _record(
         self, steps: _Steps, task_id: str, answer: HumanDecision, summary: TaskSummary
@@ -530,12 +626,58 @@ class Referee:
         )
 
 
+_OUTSIDE_ACTIONS = {
+    "Resumed": "resume",
+    "Rewound": "rewind",
+    "Skipped": "skip",
+    "HandoffResolved": "resolve",
+}
+_ENDED = frozenset({"COMPLETED", "SKIPPED"})
+
+
+def _still_suspended(
+    summary: TaskSummary, *, handoff: bool, session_id: str | None
+) -> bool:
+    """Whether the task still waits for the answer this suspension asks:
+    in the hand-off, or with this human session open."""
+    if handoff:
+        return str(summary.state) == "HAND_OFF"
+    pending = summary.pending_session
+    if pending is None:
+        return False
+    return session_id is None or pending.session_id == session_id
+
+
+def _routed(
+    decided: dict[str, Any],
+    action: str,
+    resolution: str | None,
+    after_resume: Route,
+) -> dict[str, Any]:
+    """Where the graph goes after a human's answer."""
+    if action == "skip" or resolution in ("complete", "skip"):
+        return {**decided, "route": "end"}
+    if action in ("resolve", "rewind"):  # returned to the agent; reset repo
+        return {**decided, "route": "retry"}
+    return {**decided, "route": after_resume}
+
+
 def _gate_run(
-    command: list[str], workdir: str | None, timeout: float, isolation: Isolation
+    command: list[str],
+    workdir: str | None,
+    timeout: float,
+    isolation: Isolation,
+    allow_paths: list[str] | None = None,
 ) -> dict[str, Any]:
     """The test command's run: a LangGraph task, whose result LangGraph keeps
     with the checkpoint, so a resumed gate does not run it again."""
-    result = run_gate(command, cwd=workdir, timeout=timeout, isolation=isolation)
+    result = run_gate(
+        command,
+        cwd=workdir,
+        timeout=timeout,
+        isolation=isolation,
+        allow_paths=allow_paths or (),
+    )
     return {
         "exit_code": result.exit_code,
         "output": result.output,

@@ -312,9 +312,69 @@ def _home_dirs(env: Mapping[str, str]) -> set[str]:
     return found
 
 
-def _runtime_dirs() -> set[str]:
-    """The Python installation running devs (for ``python`` gates and the demo)."""
-    return {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
+# A Python interpreter's name: python, python3, python3.12, python3.13t, pypy3.
+_PYTHON_NAME = re.compile(r"(?:python|pypy)[0-9.]*[a-z]?")
+
+
+def _prefix(path: str) -> str:
+    """The installation a program belongs to: two levels up (``PREFIX/bin/x``)."""
+    return os.path.dirname(os.path.dirname(path))
+
+
+def _python_dirs(command: str, workdir: str, env: Mapping[str, str]) -> set[str]:
+    """The installations a Python gate command runs from.
+
+    When the command's program is a Python (by name), a script whose ``#!``
+    interpreter is one, or a version manager's shim (a program in a
+    ``shims`` directory: pyenv, asdf, rbenv, mise): the prefix of the program
+    and of that interpreter, both as found on ``PATH`` and with symlinks
+    resolved (``~/.pyenv/shims/python`` -> ``~/.pyenv``,
+    ``~/proj/.venv/bin/python`` -> ``~/proj/.venv`` and the prefix of the
+    interpreter it links to).
+    """
+    try:
+        program = _locate(command, workdir, env)
+    except InvalidInput:
+        return set()  # _check_visible says what is wrong
+    found: list[str] = []
+    if (
+        _PYTHON_NAME.fullmatch(os.path.basename(program))
+        or os.path.basename(os.path.dirname(program)) == "shims"
+    ):
+        found.append(program)
+    interpreter = _interpreter(program, workdir, env)
+    if interpreter is not None and _PYTHON_NAME.fullmatch(
+        os.path.basename(interpreter)
+    ):
+        found += [program, interpreter]
+    return {
+        _prefix(seen)
+        for path in found
+        for seen in (os.path.abspath(path), os.path.realpath(path))
+    }
+
+
+def _runtime_dirs(command: str, workdir: str, env: Mapping[str, str]) -> set[str]:
+    """What a gate sees read-only by default, where the sandbox would hide it:
+    the Python installation running devs (``sys.prefix``, ``sys.base_prefix``,
+    the prefix of ``sys.executable`` with symlinks resolved), the active
+    virtual environment (``$VIRTUAL_ENV``) and the installations of a Python
+    gate command (:func:`_python_dirs`). Existing directories only, as real
+    paths; :func:`_mounts` leaves out any that holds a whole hidden directory
+    (a home directory, ``/tmp``, ``/run``) or is ``/``."""
+    candidates = {
+        sys.prefix,
+        sys.base_prefix,
+        _prefix(os.path.realpath(sys.executable)),
+        env.get("VIRTUAL_ENV", ""),
+        *_python_dirs(command, workdir, env),
+    }
+    found = set()
+    for path in filter(None, candidates):
+        real = os.path.realpath(path)
+        if real != "/" and os.path.isabs(path) and Path(real).is_dir():
+            found.add(real)
+    return found
 
 
 def _mounts(
@@ -323,6 +383,7 @@ def _mounts(
     network: bool,
     allow_paths: Iterable[str],
     read_only_paths: Iterable[str],
+    command: str,
 ) -> list[_Mount]:
     homes = _home_dirs(env)
     base = [_Mount(_HIDE, d) for d in _PRIVATE_DIRS if Path(d).is_dir()]
@@ -335,11 +396,13 @@ def _mounts(
         return cover is not None and cover.kind == _HIDE
 
     exposed = [p for p in allow_paths if hidden(p)]
-    # devs' own Python, unless exposing it would expose a whole home directory.
+    # The Python installations, unless exposing one would expose a whole
+    # hidden directory (a home directory, /tmp, /run).
+    hiding = [m.path for m in mounts if m.kind == _HIDE]
     exposed += [
         p
-        for p in _runtime_dirs()
-        if hidden(p) and not any(_Mount(_EXPOSE, p).holds(h) for h in homes)
+        for p in _runtime_dirs(command, workdir, env)
+        if hidden(p) and not any(_Mount(_EXPOSE, p).holds(h) for h in hiding)
     ]
     resolv = os.path.realpath("/etc/resolv.conf")
     if network and hidden(resolv) and Path(resolv).is_file():
@@ -412,7 +475,8 @@ def _check_visible(
                 msg = (
                     f"command {command!r} needs {seen}, which the gate sandbox "
                     f"hides (it is under {cover.path}); expose it, or the "
-                    "installation it belongs to, with --allow-path"
+                    "installation it belongs to, with --allow-path "
+                    "(allow_paths= in Python)"
                 )
                 raise InvalidInput(msg)
 
@@ -449,9 +513,41 @@ def _started(status: bytes) -> bool:
     return False
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_allow_paths(paths: Iterable[str | Path]) -> tuple[str, ...]:
+    """``paths`` as a library caller's ``allow_paths``: absolute paths, without
+    control characters, that exist. Raises :class:`InvalidInput` naming the
+    first that is not."""
+    if isinstance(paths, str | bytes | Path):
+        msg = "allow_paths must be a list of paths, not one path"
+        raise InvalidInput(msg, field="allow_paths")
+    checked = []
+    for path in paths:
+        if not isinstance(path, str | Path):
+            msg = f"allow_paths must hold paths, got {type(path).__name__}"
+            raise InvalidInput(msg, field="allow_paths")
+        text = str(path)
+        if _CONTROL.search(text):
+            msg = f"allowed path {text!r} holds a control character"
+            raise InvalidInput(msg, field="allow_paths")
+        if not os.path.isabs(text):
+            msg = f"allowed path {text!r} must be absolute"
+            raise InvalidInput(msg, field="allow_paths")
+        if not os.path.exists(text):
+            msg = f"allowed path {text!r} does not exist"
+            raise InvalidInput(msg, field="allow_paths")
+        checked.append(text)
+    return tuple(checked)
+
+
 def _real_paths(paths: Iterable[str | Path], what: str) -> list[str]:
     found = []
     for path in paths:
+        if _CONTROL.search(str(path)):
+            msg = f"{what} {str(path)!r} holds a control character"
+            raise InvalidInput(msg)
         real = os.path.realpath(os.path.expanduser(str(path)))
         if not os.path.exists(real):
             msg = f"{what} {str(path)!r} does not exist"
@@ -485,8 +581,10 @@ def run_gate(
     ``network`` keeps the host network, ``allow_paths`` are shown read-only
     where the sandbox would hide them (in the home directory, ``/tmp``,
     ``/run``), and ``read_only_paths`` that lie in the working directory are
-    read-only there. ``bwrap`` names the program (default: ``bwrap`` on
-    ``PATH``).
+    read-only there. Shown read-only without asking: the Python running devs,
+    the active virtual environment and a Python command's installation
+    (:func:`_runtime_dirs`). ``bwrap`` names the program (default: ``bwrap``
+    on ``PATH``).
     """
     if not command:
         msg = "command must not be empty"
@@ -529,6 +627,7 @@ def run_gate(
             network,
             allowed,
             [os.path.realpath(p) for p in read_only_paths],
+            command[0],
         )
         _check_visible(command[0], real_workdir, env, mounts)
         status_read, status_write = os.pipe()

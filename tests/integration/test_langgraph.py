@@ -255,6 +255,140 @@ def test_claim_then_resolve_in_two_answers(
     assert counts["HandoffResolved"] == 1
 
 
+def hand_off(graph: Any) -> dict[str, Any]:
+    """Run a graph whose model fixes nothing up to its hand-off (the fifth
+    failing gate): the hand-off's suspension payload."""
+    interrupt_of(graph.invoke({"task_id": "t1"}, config("a")))
+    go_on = {"action": "resume", "actor": "ann", "reason": "go on"}
+    interrupt_of(graph.invoke(Command(resume=go_on), config("a")))
+    payload = interrupt_of(graph.invoke(Command(resume=go_on), config("a")))
+    assert payload["reason"] == "hand_off_required"
+    return payload
+
+
+def test_a_second_humans_claim_is_refused_and_the_claimer_resolves(
+    tmp_path: Path, service: RecoveryService, backend: Backend
+) -> None:
+    """Once claimed, the hand-off offers only ``resolve``; another human's
+    claim suspends the graph again with the reason, and records nothing."""
+    repo = make_repo(tmp_path / "repo")
+    model = ScriptedModel(repo, {})
+    service.start_task("t1")
+    with saver(tmp_path / "graph.sqlite") as checkpointer:
+        graph = build(referee_for(backend, repo), model, list(IDEAS), checkpointer)
+        assert hand_off(graph)["answers"] == ["claim", "resolve"]
+        claim = {"action": "claim", "actor": "dee"}
+        claimed = interrupt_of(graph.invoke(Command(resume=claim), config("a")))
+        assert claimed["claimed_by"] == "dee"
+        assert claimed["answers"] == ["resolve"]
+        assert "error" not in claimed
+        before = service.task("t1").version
+        other = {"action": "claim", "actor": "eve"}
+        refused = interrupt_of(graph.invoke(Command(resume=other), config("a")))
+        assert refused["reason"] == "hand_off_required"
+        assert refused["error"]["field"] == "action"
+        assert "'dee'" in refused["error"]["detail"]
+        assert refused["claimed_by"] == "dee"
+        assert refused["answers"] == ["resolve"]
+        assert service.task("t1").version == before
+        assert service.task("t1").claimed_by == "dee"
+        done = {
+            "action": "resolve",
+            "actor": "dee",
+            "resolution": "complete",
+            "reason": "fixed by hand",
+        }
+        result = graph.invoke(Command(resume=done), config("a"))
+        assert graph.get_state(config("a")).next == ()
+    assert "__interrupt__" not in result
+    assert result["devs"]["route"] == "end"
+    assert result["devs"]["decided_by"] == "dee"
+    assert service.task("t1").state == "COMPLETED"
+    counts = events(service, "t1")
+    assert counts["HandoffClaimed"] == 1
+    assert counts["HandoffResolved"] == 1
+
+
+def test_the_claimers_repeated_claim_changes_nothing(
+    tmp_path: Path, service: RecoveryService, backend: Backend
+) -> None:
+    """The same human claiming twice (a double click) is no error: the graph
+    suspends again as after the first claim."""
+    repo = make_repo(tmp_path / "repo")
+    model = ScriptedModel(repo, {})
+    service.start_task("t1")
+    with saver(tmp_path / "graph.sqlite") as checkpointer:
+        graph = build(referee_for(backend, repo), model, list(IDEAS), checkpointer)
+        hand_off(graph)
+        claim = {"action": "claim", "actor": "dee"}
+        interrupt_of(graph.invoke(Command(resume=claim), config("a")))
+        again = interrupt_of(graph.invoke(Command(resume=claim), config("a")))
+        assert "error" not in again
+        assert again["claimed_by"] == "dee"
+        assert again["answers"] == ["resolve"]
+        done = {"action": "resolve", "actor": "dee", "resolution": "skip"}
+        result = graph.invoke(Command(resume=done), config("a"))
+        assert graph.get_state(config("a")).next == ()
+    assert result["devs"]["route"] == "end"
+    assert service.task("t1").state == "SKIPPED"
+    counts = events(service, "t1")
+    assert counts["HandoffClaimed"] == 1
+    assert counts["HandoffResolved"] == 1
+
+
+def test_a_handoff_resolved_outside_the_graph_ends_it(
+    tmp_path: Path, service: RecoveryService, backend: Backend
+) -> None:
+    """``devs resolve`` while the graph waits: the next resume ends the graph
+    with the answer the log holds, whatever it carries, and records nothing."""
+    repo = make_repo(tmp_path / "repo")
+    model = ScriptedModel(repo, {})
+    service.start_task("t1")
+    with saver(tmp_path / "graph.sqlite") as checkpointer:
+        graph = build(referee_for(backend, repo), model, list(IDEAS), checkpointer)
+        hand_off(graph)
+        claim = {"action": "claim", "actor": "dee"}
+        interrupt_of(graph.invoke(Command(resume=claim), config("a")))
+        service.resolve_handoff(
+            "t1", actor="dee", resolution="complete", reason="done in the CLI"
+        )
+        late = {"action": "resolve", "actor": "dee", "resolution": "complete"}
+        result = graph.invoke(Command(resume=late), config("a"))
+        assert graph.get_state(config("a")).next == ()
+    assert "__interrupt__" not in result
+    assert result["devs"]["route"] == "end"
+    assert result["devs"]["outside"] is True
+    assert result["devs"]["decided_by"] == "dee"
+    assert result["devs"]["reason"] == "done in the CLI"
+    assert service.task("t1").state == "COMPLETED"
+    counts = events(service, "t1")
+    assert counts["HandoffClaimed"] == 1
+    assert counts["HandoffResolved"] == 1
+
+
+def test_a_pause_resumed_outside_the_graph_goes_on(
+    tmp_path: Path, service: RecoveryService, backend: Backend
+) -> None:
+    """``devs resume`` while the graph waits: running the graph on, even
+    without an answer (``invoke(None, ...)``), routes as the answer the log
+    holds (an entropy pause resumed: this turn's gate)."""
+    repo = make_repo(tmp_path / "repo")
+    model = ScriptedModel(repo, {"x": Turn(fixes=True, entropy=0.99)})
+    service.start_task("t1")
+    with saver(tmp_path / "graph.sqlite") as checkpointer:
+        graph = build(referee_for(backend, repo), model, ["x"], checkpointer)
+        interrupt_of(graph.invoke({"task_id": "t1"}, config("a")))
+        service.resume("t1", actor="ann", reason="from the CLI")
+        result = graph.invoke(None, config("a"))
+        assert graph.get_state(config("a")).next == ()
+    assert result["devs"]["route"] == "end"  # the gate passed
+    assert result["devs"]["passed"] is True
+    assert service.task("t1").state == "COMPLETED"
+    counts = events(service, "t1")
+    assert counts["Resumed"] == 1
+    assert gates(counts) == 1
+
+
 def test_a_bad_answer_is_refused_and_records_nothing(
     tmp_path: Path, service: RecoveryService, backend: Backend
 ) -> None:
@@ -412,7 +546,7 @@ def test_a_gate_run_again_with_another_result_keeps_the_first(
     import devs.adapters.langgraph as adapter
 
     monkeypatch.setattr(adapter, "_key", lambda op: f"langgraph/fixed/{op}")
-    referee = Referee(service)
+    referee = Referee(service, test_command=["true"])
     service.start_task("t1")
     for _ in range(2):
         service.record_gate("t1", 1)

@@ -313,6 +313,71 @@ def test_a_command_the_sandbox_hides_is_refused_before_it_runs(place: Place) -> 
     assert allowed.output.strip() == "tool ran"
 
 
+def test_a_python_in_the_home_directory_runs_by_default(place: Place) -> None:
+    """A version manager's shim and a virtual environment in the home
+    directory: their installations are shown read-only, the rest of the home
+    directory stays hidden."""
+    real = os.path.realpath(PY)
+    shims = place.home / ".manager" / "shims"
+    shims.mkdir(parents=True)
+    shim = shims / "python"
+    shim.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    shim.chmod(0o755)
+    venv = place.home / "proj" / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(real)
+    tool = venv / "bin" / "tool"
+    tool.write_text(f"#!{venv / 'bin' / 'python'}\nprint('tool ran')\n")
+    tool.chmod(0o755)
+    read_key = f"import os; print(os.path.exists({str(place.key)!r}))"
+    env = {**place.env, "PATH": f"{shims}:{os.environ['PATH']}"}
+
+    for command in (
+        ["python", "-c", read_key],
+        [str(venv / "bin" / "python"), "-c", read_key],
+    ):
+        result = run_gate(command, cwd=place.work, environ=env, isolation="require")
+        assert (result.exit_code, result.output.strip()) == (0, "False"), result
+    result = run_gate([str(tool)], cwd=place.work, environ=env, isolation="require")
+    assert (result.exit_code, result.output.strip()) == (0, "tool ran"), result
+
+
+def test_the_active_virtual_environment_is_readable(place: Place) -> None:
+    venv = place.home / "envs" / "active"
+    venv.mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    env = {**place.env, "VIRTUAL_ENV": str(venv)}
+    result = run_gate(
+        ["sh", "-c", 'cat "$VIRTUAL_ENV/pyvenv.cfg"'],
+        cwd=place.work,
+        environ=env,
+        isolation="require",
+    )
+    assert (result.exit_code, result.output.strip()) == (0, "home = /usr/bin")
+
+
+def test_a_python_straight_in_the_home_directory_does_not_show_it(
+    place: Place,
+) -> None:
+    """~/bin/python's installation would be the whole home directory: not
+    shown by default, so the command is refused, naming the file."""
+    tools = place.home / "bin"
+    tools.mkdir()
+    python = tools / "python"
+    python.symlink_to(os.path.realpath(PY))
+    with pytest.raises(InvalidInput, match=re.escape(f"needs {python}, which the")):
+        run_gate([str(python), "-c", "pass"], cwd=place.work, environ=place.env)
+    env = {**place.env, "VIRTUAL_ENV": str(place.home)}
+    result = run_gate(
+        ["sh", "-c", f"cat {place.key}"],
+        cwd=place.work,
+        environ=env,
+        isolation="require",
+    )
+    assert result.exit_code != 0
+    assert SECRET not in result.output
+
+
 # ------------------------------------------------- without a working bwrap
 
 
