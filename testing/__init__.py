@@ -7,8 +7,10 @@ referee, with hypothesis.
 - :class:`LadderModel`: the failure ladder as plain Python, reading every
   threshold from a policy;
 - :class:`RecoveryMachine`: a hypothesis state machine with a rule per command
-  and the invariants of docs/testing.md; subclass it and set ``make_service``
-  to run it against your backend or your wrapper;
+  and the checks of docs/testing.md; subclass it and set ``make_service``
+  to run it against your backend or your wrapper; :func:`search_settings`,
+  the settings its search runs with; a failure is also written as a test to
+  paste (:class:`Script`);
 - a pytest plugin (``devs.testing.plugin``, loaded when the package is
   installed) with the fixtures ``devs_service`` and ``devs_policy``.
 
@@ -24,12 +26,15 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from devs.testing.machine import (
+        SEARCH_STEPS,
         RecoveryMachine,
         memory_env,
         memory_service,
+        search_settings,
         sqlite_service,
     )
     from devs.testing.model import Command, Expected, LadderModel, TaskModel
+    from devs.testing.script import Script
     from devs.testing.strategies import (
         actors,
         command_sequences,
@@ -41,6 +46,9 @@ if TYPE_CHECKING:
     )
 
 _MODULES = {
+    "SEARCH_STEPS": "machine",
+    "Script": "script",
+    "search_settings": "machine",
     "Command": "model",
     "Expected": "model",
     "LadderModel": "model",
@@ -57,13 +65,15 @@ _MODULES = {
     "strategy_texts": "strategies",
     "task_ids": "strategies",
 }
-_SUBMODULES = frozenset({"machine", "model", "plugin", "strategies"})
+_SUBMODULES = frozenset({"machine", "model", "plugin", "script", "strategies"})
 
 __all__ = [
+    "SEARCH_STEPS",
     "Command",
     "Expected",
     "LadderModel",
     "RecoveryMachine",
+    "Script",
     "TaskModel",
     "actors",
     "command_sequences",
@@ -72,6 +82,7 @@ __all__ = [
     "memory_service",
     "outputs",
     "policies",
+    "search_settings",
     "sqlite_service",
     "strategy_texts",
     "task_ids",

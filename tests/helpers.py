@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -100,3 +102,13 @@ def wait_until(condition: Callable[[], object], seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return bool(condition())
+
+
+def load_module(path: Path) -> ModuleType:
+    """A script or benchmark (not a package module), loaded from its file."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

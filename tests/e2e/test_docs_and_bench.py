@@ -235,3 +235,15 @@ def test_audit_benchmark_prints_every_figure_and_its_verdicts(tmp_path: Path) ->
     assert len(verdicts) == 2
     assert re.search(r"what_if, [\d,]+ events, [\d,]+ tasks \d+\.\d\d s", verdicts[0])
     assert not list(tmp_path.iterdir()), "its files go with it"
+
+
+def test_the_testing_kit_s_starter_is_the_one_its_benchmark_times() -> None:
+    """docs/testing.md's starter is the code bench/kit_search_bench.py runs
+    (and the figure next to it is that bench's)."""
+    text = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    starter = re.findall(r"```python\n(.+?)```", text, flags=re.DOTALL)[0]
+    from tests.helpers import load_module
+
+    bench = load_module(ROOT / "bench" / "kit_search_bench.py")
+    assert starter.strip() == bench.STARTER.strip()
+    assert "bench/kit_search_bench.py" in text

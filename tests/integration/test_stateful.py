@@ -2,7 +2,8 @@
 ``RecoveryMachine`` (one ladder model, ``LadderModel``), run on SQLite, on
 PostgreSQL and over HTTP (``HttpRecoveryClient`` through the FastAPI app in
 process). Hypothesis draws the policy across its whole range, the tasks, and
-the commands; docs/testing.md lists the invariants checked after each step."""
+the commands; docs/testing.md lists the checks run after each step (here
+every one of them after every command)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,11 @@ def kit_settings(examples: int = EXAMPLES) -> settings:
 
 
 class SQLiteMachine(RecoveryMachine):
-    """The default: a fresh SQLite file per example."""
+    """The default store (eventsourcing's SQLite recorders, in memory), every
+    check after every command."""
+
+    store_checks_every = 1
+    deep_checks_every = 10
 
 
 SQLiteMachine.TestCase.settings = kit_settings()
@@ -62,6 +67,8 @@ class HttpMachine(RecoveryMachine):
     """Every command and query through ``devs serve``'s API."""
 
     make_service = staticmethod(lambda policy: HttpService(memory_service(policy)))
+    store_checks_every = 1
+    deep_checks_every = 10
     # The API names a task in its URL path: it refuses ids with "/" (the
     # kit found such a task unreachable over HTTP; now it is refused).
     ids = task_ids().filter(lambda task_id: "/" not in task_id)
@@ -97,6 +104,8 @@ def postgres_machine(server: PostgresServer) -> type[RecoveryMachine]:
 
     class PostgresMachine(RecoveryMachine):
         make_service: Callable[..., Any] = staticmethod(make)  # type: ignore[misc]
+        store_checks_every = 1
+        deep_checks_every = 10
 
     return PostgresMachine
 
