@@ -103,7 +103,7 @@ STEPS: list[tuple[str, list[str]]] = [
         [
             "resolve",
             "build",
-            "--as",
+            "--resolution",
             "return",
             "--reason",
             "pinned the grammar",

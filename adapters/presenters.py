@@ -100,7 +100,7 @@ def handoff_block(payload: HandoffPayload) -> str:
             f"Agent: {payload.originating_agent or '(unknown)'}; "
             f"last commit: {payload.last_commit or '(unknown)'}",
             f"Run `devs claim {payload.task_id}`, then `devs resolve "
-            f"{payload.task_id} --as return|complete|skip`.",
+            f"{payload.task_id} --resolution return|complete|skip`.",
         ]
     )
 

@@ -140,11 +140,13 @@ def claim(ctx: Context, task_id: str, actor: str, as_json: bool) -> None:
 @cli.command()
 @click.argument("task_id")
 @click.option(
+    "--resolution",
     "--as",
     "resolution",
     required=True,
     type=click.Choice(RESOLUTIONS),
-    help="Give it back to the agent, mark it done, or skip it.",
+    help="Give it back to the agent, mark it done, or skip it (resolution= in "
+    "Python and over HTTP; --as is the same option).",
 )
 @reason_option
 @actor_option

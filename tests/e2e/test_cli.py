@@ -135,8 +135,9 @@ def test_the_whole_ladder_through_real_gates(devs: Devs, tmp_path: Path) -> None
     devs("resume", "t1", "--reason", "last try", "--actor", "alice")
     handed = devs("gate", "run", "t1", "--", PY, "-c", LEAK, code=HANDED_OFF)
     assert "✋ HAND-OFF" in handed.stdout
-    assert "Run `devs claim t1`, then `devs resolve t1 --as return|complete|skip`." in (
-        handed.stdout
+    assert (
+        "Run `devs claim t1`, then `devs resolve t1 --resolution return|complete|skip`."
+        in (handed.stdout)
     )
     [entry] = devs.json("handoffs")
     assert entry["payload"]["failure_count"] == 5
@@ -813,6 +814,18 @@ def test_a_missing_directory_is_named(devs: Devs) -> None:
     assert result.returncode == STORE, result.stderr
     assert_one_line_error(result, "the directory 'missing-dir' does not exist")
     assert not (devs.cwd / "missing-dir").exists()
+
+
+def test_resolve_takes_resolution_as_python_and_http_name_it(devs: Devs) -> None:
+    """``--resolution`` is the name the Python API and HTTP use; ``--as``
+    still works."""
+    for task_id, option in (("t1", "--resolution"), ("t2", "--as")):
+        devs("task", "start", task_id, env={"DEVS_HANDOFF_THRESHOLD": "1"})
+        devs("gate", "run", task_id, "--", "false", code=HANDED_OFF)
+        devs("claim", task_id, "--actor", "bob")
+        done = devs.json("resolve", task_id, option, "complete", "--actor", "bob")
+        assert done["resolution"] == "complete"
+        assert done["state"] == "COMPLETED"
 
 
 def test_a_task_started_again_names_the_commands_that_go_on(devs: Devs) -> None:
