@@ -66,12 +66,14 @@ from devs.domain import (
 from devs.domain.decisions import STATE_OUTCOMES
 from devs.domain.names import (
     HAND_OFF_REQUIRED,
+    HumanAction,
     HumanActionValue,
     ResolutionValue,
     SessionReason,
 )
 from devs.domain.service import RecoveryApi
 from devs.domain.signals import STOP_REASONS
+from devs.domain.task import HUMAN_EVENTS
 
 T = TypeVar("T")
 Route = Literal["proceed", "retry", "advance", "end"]
@@ -627,10 +629,9 @@ class Referee:
 
 
 _OUTSIDE_ACTIONS = {
-    "Resumed": "resume",
-    "Rewound": "rewind",
-    "Skipped": "skip",
-    "HandoffResolved": "resolve",
+    event.__name__: str(action)
+    for action, event in HUMAN_EVENTS.items()
+    if action is not HumanAction.CLAIM  # a claim is no answer: the hand-off waits
 }
 _ENDED = frozenset({"COMPLETED", "SKIPPED"})
 

@@ -25,7 +25,7 @@ from devs.domain.model import (
     SnapshotState,
     Value,
 )
-from devs.domain.names import Resolution, SessionReason
+from devs.domain.names import HumanAction, Resolution, SessionReason
 from devs.domain.policy import Policy, StuckDetection
 from devs.domain.redaction import error_hash, excerpt, redact
 from devs.domain.stuck import WINDOW as STUCK_WINDOW
@@ -731,6 +731,15 @@ RESOLUTION_TRIGGERS = {
     Resolution.COMPLETE: Trigger.COMPLETE_BY_HUMAN,
     Resolution.SKIP: Trigger.SKIP_BY_HUMAN,
 }
+
+HUMAN_EVENTS: dict[HumanAction, type[TaskEvent]] = {
+    HumanAction.RESUME: Task.Resumed,
+    HumanAction.REWIND: Task.Rewound,
+    HumanAction.SKIP: Task.Skipped,
+    HumanAction.CLAIM: Task.HandoffClaimed,
+    HumanAction.RESOLVE: Task.HandoffResolved,
+}
+"""The event each human action records."""
 
 
 def task_id_of(originator_id: str) -> str:

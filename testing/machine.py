@@ -29,6 +29,7 @@ from devs.domain.chart import TaskState, destination
 from devs.domain.errors import IllegalTransition
 from devs.domain.names import HumanAction, Resolution
 from devs.domain.policy import Policy
+from devs.domain.task import HUMAN_EVENTS as EVENT_OF_ACTION
 from devs.domain.task import RESOLUTION_TRIGGERS, Task
 from devs.domain.values import RESOLUTIONS
 from devs.testing.model import WAITING, Command, Expected, LadderModel
@@ -42,9 +43,7 @@ from devs.testing.strategies import (
 )
 
 MAX_TASKS = 3
-HUMAN_EVENTS = frozenset(
-    {"Resumed", "Rewound", "Skipped", "HandoffClaimed", "HandoffResolved"}
-)
+HUMAN_EVENTS = frozenset(event.__name__ for event in EVENT_OF_ACTION.values())
 
 
 def memory_env() -> dict[str, str]:
