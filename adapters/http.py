@@ -46,6 +46,7 @@ from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from devs.adapters.config import (
@@ -1199,12 +1200,14 @@ def create_app(
     closed at shutdown). With ``token``, every request but ``/healthz`` and
     the documentation needs ``Authorization: Bearer <token>``."""
     served = Served(service, read_wait)
+    mcp = McpEndpoint(served, guarded=token is not None)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         opened = served.open()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             served.close()
             if opened is not None:
@@ -1231,7 +1234,66 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     for router in ROUTERS:
         app.include_router(router)
+    app.router.routes.append(Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]))
     return app
+
+
+MCP_PATH = "/mcp"
+
+
+class McpEndpoint:
+    """``/mcp``: the MCP server (:mod:`devs.adapters.mcp`) over streamable
+    HTTP, stateless and answering in JSON (any worker answers any request),
+    behind the app's token like every other path. Its commands run on the
+    worker's writer thread, as the HTTP API's do.
+
+    The MCP SDK's session manager may run once only: a new MCP server is
+    built each time the app starts (a test may start one app twice). Without
+    a token, DNS-rebinding protection admits only loopback ``Host`` and
+    ``Origin`` headers; with one, the token is the protection (a page in a
+    browser cannot send it to another origin)."""
+
+    def __init__(self, served: Served, *, guarded: bool) -> None:
+        self.served = served
+        self.guarded = guarded
+        self._endpoint: ASGIApp | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from devs.adapters.mcp import build_server
+
+        served = self.served
+        server = build_server(lambda: served.service, commands=served.writer.run)
+        security = (
+            TransportSecuritySettings(enable_dns_rebinding_protection=False)
+            if self.guarded
+            else None
+        )
+        sub = server.streamable_http_app(
+            streamable_http_path=MCP_PATH,
+            stateless_http=True,
+            json_response=True,
+            transport_security=security,
+        )
+        endpoint = sub.routes[0].app  # type: ignore[attr-defined]
+        async with server.session_manager.run():
+            self._endpoint = endpoint
+            try:
+                yield
+            finally:
+                self._endpoint = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = self._endpoint
+        if endpoint is None:
+            answer = error_response(
+                503, "unavailable", "the MCP server starts with the app"
+            )
+            await answer(scope, receive, send)
+            return
+        await endpoint(scope, receive, send)
 
 
 async def _devs_error(_: Request, error: DevsError) -> JSONResponse:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from devs.adapters.cli import (
     admin,
+    agents,
     audit,
     humans,
     metrics,
@@ -23,6 +24,7 @@ from devs.adapters.cli.base import ExitCode, cli
 __all__ = [
     "ExitCode",
     "admin",
+    "agents",
     "audit",
     "cli",
     "humans",

@@ -247,3 +247,23 @@ def test_the_testing_kit_s_starter_is_the_one_its_benchmark_times() -> None:
     bench = load_module(ROOT / "bench" / "kit_search_bench.py")
     assert starter.strip() == bench.STARTER.strip()
     assert "bench/kit_search_bench.py" in text
+
+
+def test_hooks_benchmark_prints_every_figure_and_its_verdicts(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "hooks_bench.py"),
+            *("--calls", "3", "--dir", str(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    figures = [line for line in lines if re.search(r"\d+\.\dms +\d+\.\dms$", line)]
+    assert len(figures) == 6, lines
+    verdicts = [line for line in lines if line.startswith("target ")]
+    assert len(verdicts) == 3, lines
+    assert any(line.startswith("process start and imports: ") for line in lines)

@@ -34,7 +34,9 @@ class Server:
         *extra: str,
         token: str | None = TOKEN,
         env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
+        self.cwd = cwd
         self.environ = {**os.environ, **(env or {}), "DEVS_API_TOKEN": token or ""}
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.arguments = [DEVS, "--db", str(db), "serve", *extra]
@@ -55,6 +57,7 @@ class Server:
         self.process = subprocess.Popen(
             [*self.arguments, "--port", str(self.port)],
             env=self.environ,
+            cwd=self.cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

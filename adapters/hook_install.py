@@ -1,0 +1,312 @@
+"""``devs hooks install|uninstall|status``: the breaker's entries in a coding
+agent's hook settings, merged with what the file holds.
+
+Every agent here reads one JSON file of the same shape (Claude Code's)::
+
+    {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [
+        {"type": "command", "command": "/abs/devs --db ... hook claude-code"}]}]}}
+
+Installing adds one matcher group per event, each with one command; the
+entries that are the breaker's own are recognised by their command
+(``... devs ... hook AGENT``) and replaced, so installing twice changes
+nothing; uninstalling removes exactly those, and the groups and events they
+leave empty. Other hooks and settings are left as they were, in their order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from devs.domain.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one agent keeps its hooks, and which events the breaker hears."""
+
+    agent: str
+    project_file: str
+    """Relative to the project folder."""
+    user_file: str
+    """Relative to the home folder."""
+    events: tuple[tuple[str, str | None], ...]
+    """Each event and its matcher (``None``: the event takes none)."""
+    timeout: int | None = 30
+    """The seconds the agent gives the hook (the breaker answers in far less)."""
+    wrapped: bool = True
+    """The events are under ``"hooks"`` (else at the top level, unless the
+    file already wraps them)."""
+    aliases: tuple[tuple[str, str], ...] = ()
+    """Another spelling of an event's key that the agent reads too (the
+    entries go under whichever the file already uses)."""
+
+    def key(self, container: Mapping[str, Any], event: str) -> str:
+        """The key ``event`` has in ``container``: the spelling already there."""
+        if event in container:
+            return event
+        for name, alias in self.aliases:
+            if name == event and alias in container:
+                return alias
+        return event
+
+    def container(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The object of ``data`` that holds the events (a copy, to fill)."""
+        if self.wrapped or "hooks" in data:
+            return dict(data.get("hooks") or {})
+        return {k: v for k, v in data.items() if k in self.known}
+
+    @property
+    def known(self) -> frozenset[str]:
+        return frozenset(
+            [e for e, _ in self.events] + [a for pair in self.aliases for a in pair]
+        )
+
+    def put(self, data: dict[str, Any], container: dict[str, Any]) -> None:
+        """Write ``container`` back into ``data`` (empty: the key goes)."""
+        if self.wrapped or "hooks" in data:
+            if container:
+                data["hooks"] = container
+            else:
+                data.pop("hooks", None)
+            return
+        for key in self.known:
+            data.pop(key, None)
+        data.update(container)
+
+
+CLAUDE_CODE = Layout(
+    agent="claude-code",
+    project_file=".claude/settings.json",
+    user_file=".claude/settings.json",
+    events=(
+        ("SessionStart", None),
+        ("PreToolUse", "*"),
+        ("PostToolUse", "Bash|Edit|Write|MultiEdit|NotebookEdit"),
+        ("PostToolUseFailure", "Bash"),
+        ("Stop", None),
+    ),
+)
+CODEX = Layout(
+    agent="codex",
+    project_file=".codex/hooks.json",
+    user_file=".codex/hooks.json",
+    events=(
+        ("SessionStart", None),
+        ("PreToolUse", "*"),
+        ("PostToolUse", "Bash|apply_patch"),
+        ("Stop", None),
+    ),
+)
+OPENHANDS = Layout(
+    agent="openhands",
+    project_file=".openhands/hooks.json",
+    user_file=".openhands/hooks.json",
+    events=(
+        ("session_start", None),
+        ("pre_tool_use", "*"),
+        ("post_tool_use", "terminal|file_editor|str_replace_editor"),
+        ("stop", None),
+    ),
+    wrapped=False,
+    aliases=(
+        ("session_start", "SessionStart"),
+        ("pre_tool_use", "PreToolUse"),
+        ("post_tool_use", "PostToolUse"),
+        ("stop", "Stop"),
+    ),
+)
+LAYOUTS: dict[str, Layout] = {
+    layout.agent: layout for layout in (CLAUDE_CODE, CODEX, OPENHANDS)
+}
+
+_OWN = re.compile(
+    r"(?:^|[\s/'\"])devs['\"]?(?:\s+\S+)*?\s+hook\s+(?P<agent>[a-z-]+)\s*$"
+)
+
+
+def own_agent(command: Any) -> str | None:
+    """The agent a breaker command answers for, if ``command`` is one."""
+    if not isinstance(command, str) or len(command) > 8_192:
+        return None
+    found = _OWN.search(command)
+    return found.group("agent") if found else None
+
+
+def hook_command(devs: str, db: str | None, agent: str) -> str:
+    parts = [devs]
+    if db is not None:
+        parts += ["--db", db]
+    parts += ["hook", agent]
+    return shlex.join(parts)
+
+
+def settings_path(layout: Layout, *, project: Path, user: bool, home: Path) -> Path:
+    return home / layout.user_file if user else project / layout.project_file
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    if not raw.strip():
+        return {}
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        msg = f"{path} is not JSON ({error}): fix or move it, nothing was written"
+        raise InvalidInput(msg, field="settings") from None
+    if not isinstance(data, dict):
+        msg = f"{path} holds no JSON object: fix or move it, nothing was written"
+        raise InvalidInput(msg, field="settings")
+    hooks = data.get("hooks")
+    if hooks is not None and not isinstance(hooks, dict):
+        msg = f'{path}: "hooks" is not an object: fix it, nothing was written'
+        raise InvalidInput(msg, field="settings")
+    return data
+
+
+def _save(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"
+    handle, temporary = tempfile.mkstemp(
+        dir=path.parent, prefix=".devs-", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(text)
+        if path.exists():
+            os.chmod(temporary, path.stat().st_mode & 0o777)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _without_own(groups: Any, agent: str) -> list[Any]:
+    """The event's matcher groups without the breaker's entries for ``agent``
+    (a group left with no hook is dropped)."""
+    if not isinstance(groups, list):
+        return []
+    kept: list[Any] = []
+    for group in groups:
+        if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
+            kept.append(group)
+            continue
+        hooks = [h for h in group["hooks"] if not _is_own(h, agent)]
+        if len(hooks) == len(group["hooks"]):
+            kept.append(group)
+        elif hooks:
+            kept.append({**group, "hooks": hooks})
+    return kept
+
+
+def _is_own(hook: Any, agent: str) -> bool:
+    return isinstance(hook, dict) and own_agent(hook.get("command")) == agent
+
+
+def install(layout: Layout, path: Path, command: str) -> bool:
+    """Write the breaker's entries into ``path``; whether the file changed."""
+    data = _load(path)
+    before = orjson.dumps(data)
+    hooks = layout.container(data)
+    for event, matcher in layout.events:
+        key = layout.key(hooks, event)
+        groups = _without_own(hooks.get(key), layout.agent)
+        entry: dict[str, Any] = {"type": "command", "command": command}
+        if layout.timeout is not None:
+            entry["timeout"] = layout.timeout
+        group: dict[str, Any] = {} if matcher is None else {"matcher": matcher}
+        group["hooks"] = [entry]
+        hooks[key] = [*groups, group]
+    layout.put(data, hooks)
+    if orjson.dumps(data) == before and path.exists():
+        return False
+    _save(path, data)
+    return True
+
+
+def uninstall(layout: Layout, path: Path) -> bool:
+    """Remove the breaker's entries from ``path``; whether the file changed."""
+    if not path.exists():
+        return False
+    data = _load(path)
+    hooks = layout.container(data)
+    kept: dict[str, Any] = {}
+    changed = False
+    for event, groups in hooks.items():
+        left = (
+            _without_own(groups, layout.agent) if isinstance(groups, list) else groups
+        )
+        if left != groups:
+            changed = True
+            if not left:
+                continue  # emptied by us: the event goes
+        kept[event] = left
+    if not changed:
+        return False
+    layout.put(data, kept)
+    _save(path, data)
+    return True
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What ``devs hooks status`` shows of one settings file."""
+
+    agent: str
+    path: Path
+    events: tuple[str, ...]
+    commands: tuple[str, ...]
+    missing: tuple[str, ...]
+    """Events the breaker should hear and the file does not send it."""
+    error: str | None = None
+
+
+def status(layout: Layout, path: Path) -> Installed:
+    try:
+        data = _load(path)
+    except InvalidInput as error:
+        return Installed(layout.agent, path, (), (), (), error=str(error))
+    hooks = layout.container(data)
+    events: list[str] = []
+    commands: list[str] = []
+    for event, groups in hooks.items():
+        for group in groups if isinstance(groups, list) else []:
+            for hook in group.get("hooks", []) if isinstance(group, dict) else []:
+                if _is_own(hook, layout.agent):
+                    events.append(event)
+                    if hook["command"] not in commands:
+                        commands.append(hook["command"])
+    missing = tuple(
+        e for e, _ in layout.events if events and layout.key(hooks, e) not in events
+    )
+    return Installed(layout.agent, path, tuple(events), tuple(commands), missing)
+
+
+def describe(found: Sequence[Installed]) -> list[str]:
+    lines: list[str] = []
+    for item in found:
+        if item.error:
+            lines.append(f"{item.agent}: {item.path}: unreadable: {item.error}")
+        elif not item.events:
+            lines.append(f"{item.agent}: {item.path}: not installed")
+        else:
+            lines.append(
+                f"{item.agent}: {item.path}: installed for {', '.join(item.events)}"
+            )
+            lines.extend(f"  command: {c}" for c in item.commands)
+            if item.missing:
+                lines.append(f"  missing: {', '.join(item.missing)} (install again)")
+    return lines

@@ -1,0 +1,799 @@
+"""The circuit breaker for ready-made coding agents: ``devs hook AGENT``.
+
+Claude Code, Codex and OpenHands run a command at points of their loop (a
+session starts, a tool is about to run, a tool ran or failed, the agent wants
+to stop), hand it one JSON event on stdin, and read its answer from stdout and
+its exit code. ``devs hook`` is that command. It reads the event in the
+agent's dialect (:mod:`devs.adapters.hook_dialects`), turns it into a
+:class:`Seen` (what happened, in the referee's terms), decides with the
+service (:class:`Breaker`, any :class:`~devs.domain.service.RecoveryApi`: the
+local store, or ``devs serve`` when ``DEVS_URL`` is set), and answers with an
+:class:`Answer` that the dialect writes in the agent's words.
+
+What the breaker does (docs/agents.md):
+
+- a shell command that matches the gate pattern (``DEVS_GATE_PATTERN``) is a
+  **gate**: its result is recorded (``record_gate``), a failure climbs the
+  failure ladder and logs its strategy as a lesson;
+- the **strategy** of a gate is what the agent did since the last gate: the
+  edits it made (paths and new text) and the other commands it ran, remembered
+  between calls in a small state file (:class:`HookState`);
+- before a gate runs, its strategy is checked against the lessons
+  (``begin_attempt``): the same patch again is refused;
+- when the ladder stops the task, the agent is halted, and every tool call is
+  refused until a human lets it go on.
+
+The task is ``DEVS_TASK_ID``, or one named after the repository and branch of
+the event's working directory (:func:`task_base`), so that restarting the agent
+does not reset the count. A task that finished (its gate passed, or a human
+completed or skipped it) is followed by the next one of the series
+(``NAME.2``, ``NAME.3``...): the next red gate starts a new count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from devs.domain.chart import FINISHED, WAITING, TaskState
+from devs.domain.decisions import Outcome, TaskSummary
+from devs.domain.errors import AlreadyExists, InvalidInput, UnknownTask
+from devs.domain.names import SessionReason
+from devs.domain.redaction import redact
+from devs.domain.service import RecoveryApi
+from devs.domain.values import ID_MAX, NAME_MAX, STRATEGY_MAX
+
+TASK_ENV = "DEVS_TASK_ID"
+URL_ENV = "DEVS_URL"
+GATE_PATTERN_ENV = "DEVS_GATE_PATTERN"
+STATE_DIR_ENV = "DEVS_HOOK_STATE_DIR"
+HOOK_TIMEOUT_ENV = "DEVS_HOOK_TIMEOUT"
+DEFAULT_HOOK_TIMEOUT = 10.0
+MAX_HOOK_TIMEOUT = 600.0
+
+GATE_PATTERN = (
+    r"(?:^|[\s;&|(])"
+    r"(?:pytest|py\.test"
+    r"|python(?:3(?:\.\d+)?)?\s+-m\s+pytest"
+    r"|(?:npm|pnpm|yarn|bun)\s+(?:run\s+)?test"
+    r"|cargo\s+(?:test|nextest)"
+    r"|go\s+test"
+    r"|make\s+(?:-\S+\s+)*(?:test|check)"
+    r"|tox|nox)"
+    r"(?=$|[\s;&|)])"
+)
+"""What makes a shell command a gate, by default: pytest (``python -m pytest``
+too), ``npm``/``pnpm``/``yarn``/``bun test``, ``cargo test``, ``go test``,
+``make test`` (or ``check``), tox and nox, anywhere in the command line."""
+
+GATE_SCAN = 8_192
+"""How much of a command the gate pattern reads (a command longer than this
+is a gate only if its gate command appears in its first 8 KiB)."""
+
+EDIT_TEXT_MAX = 1_000
+"""How much of one edit's new text the strategy keeps."""
+COMMAND_TEXT_MAX = 200
+"""How much of one command the strategy keeps."""
+PENDING_MAX = 50
+"""How many changes since the last gate the state file keeps (the latest)."""
+ERROR_LINE_MAX = 300
+
+_EXIT_CODE = re.compile(
+    r"(?:exit code|exit status|exited with (?:non-zero )?(?:status )?code"
+    r"|non-zero status code)[:=]?\s{0,4}(-?\d{1,10})",
+    re.IGNORECASE,
+)
+"""The exit code in an agent's error text: ``Exit code 1``, ``Command exited
+with non-zero status code 1``, ``exit status 2``."""
+_ERROR_WORDS = re.compile(
+    r"error|fail|exception|traceback|assert|panic|cannot|not found|denied",
+    re.IGNORECASE,
+)
+
+
+# ===================================================================== what
+# The agent's event, in the referee's terms.
+
+EventKind = Literal[
+    "session_start", "pre_tool", "post_tool", "post_tool_failure", "stop", "other"
+]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One hook event, read out of the agent's dialect."""
+
+    kind: EventKind
+    name: str
+    """The event's name in the agent's words (``PreToolUse``)."""
+    cwd: str | None = None
+    command: str | None = None
+    """A shell tool's command line."""
+    edits: tuple[tuple[str, str], ...] = ()
+    """An editing tool's changes, each a path and its new text."""
+    exit_code: int | None = None
+    failed: bool = False
+    output: str = ""
+    stop_hook_active: bool = False
+    unjudged: bool = False
+    """A shell command ran, but the agent did not say how it ended (nor its
+    output): a gate so ended is not recorded."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the breaker tells the agent; the dialect says it in its words.
+
+    ``halt`` stops the agent altogether (the ladder stopped the task);
+    ``deny`` refuses the tool call about to run; ``block`` refuses to let the
+    agent stop (its last gate is red); ``context`` is said to the agent.
+    Nothing set: the agent goes on as if there were no hook."""
+
+    halt: str | None = None
+    deny: str | None = None
+    block: str | None = None
+    context: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.halt or self.deny or self.block or self.context)
+
+
+NOTHING = Answer()
+
+
+# ============================================================ the settings
+
+
+@dataclass(frozen=True)
+class HookSettings:
+    """``devs hook``'s own settings, read from the environment (the store's
+    are the usual ``DEVS_DB`` / ``DEVS_DATABASE_URL``)."""
+
+    task_id: str | None = None
+    url: str | None = None
+    token: str | None = None
+    gate_pattern: re.Pattern[str] = field(
+        default_factory=lambda: re.compile(GATE_PATTERN)
+    )
+    state_dir: Path = field(default_factory=lambda: default_state_dir(os.environ))
+    timeout: float = DEFAULT_HOOK_TIMEOUT
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> HookSettings:
+        """The settings, each wrong one an ``InvalidInput`` naming its variable."""
+        task_id = (environ.get(TASK_ENV) or "").strip() or None
+        if task_id is not None:
+            _check_task_id(task_id, TASK_ENV)
+        url = (environ.get(URL_ENV) or "").strip() or None
+        if url is not None and not re.match(r"https?://[^\s/]+", url):
+            msg = f"{URL_ENV} must be the http:// or https:// URL of a devs serve"
+            raise InvalidInput(msg, field=URL_ENV)
+        pattern_text = environ.get(GATE_PATTERN_ENV) or GATE_PATTERN
+        try:
+            pattern = re.compile(pattern_text)
+        except re.error as error:
+            msg = f"{GATE_PATTERN_ENV} is not a regular expression ({error})"
+            raise InvalidInput(msg, field=GATE_PATTERN_ENV) from None
+        timeout = DEFAULT_HOOK_TIMEOUT
+        if raw := (environ.get(HOOK_TIMEOUT_ENV) or "").strip():
+            try:
+                timeout = float(raw)
+            except ValueError:
+                timeout = float("nan")
+            if not 0 < timeout <= MAX_HOOK_TIMEOUT:  # NaN fails this too
+                msg = (
+                    f"{HOOK_TIMEOUT_ENV} must be a number of seconds in "
+                    f"(0, {MAX_HOOK_TIMEOUT:g}], got {raw[:40]!r}"
+                )
+                raise InvalidInput(msg, field=HOOK_TIMEOUT_ENV)
+        token = environ.get("DEVS_API_TOKEN") or None
+        return cls(
+            task_id=task_id,
+            url=url.rstrip("/") if url else None,
+            token=token,
+            gate_pattern=pattern,
+            state_dir=default_state_dir(environ),
+            timeout=timeout,
+        )
+
+
+def default_state_dir(environ: Mapping[str, str]) -> Path:
+    """``DEVS_HOOK_STATE_DIR``, else ``$XDG_STATE_HOME/devs/hooks``, else
+    ``~/.local/state/devs/hooks``."""
+    if given := (environ.get(STATE_DIR_ENV) or "").strip():
+        return Path(given)
+    if xdg := (environ.get("XDG_STATE_HOME") or "").strip():
+        return Path(xdg) / "devs" / "hooks"
+    return Path.home() / ".local" / "state" / "devs" / "hooks"
+
+
+def _check_task_id(task_id: str, name: str) -> None:
+    bad = (
+        len(task_id) > ID_MAX or not task_id.isprintable() or redact(task_id) != task_id
+    )
+    if bad:
+        msg = (
+            f"{name} must be a task id: one line of at most {ID_MAX} printable "
+            "characters, with nothing that looks like a credential"
+        )
+        raise InvalidInput(msg, field=name)
+
+
+# ================================================================ the task
+
+
+def _git(cwd: str, *args: str) -> list[str] | None:
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.splitlines()
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where the agent works: the repository's top folder (``cwd`` itself
+    outside a repository) and its branch."""
+
+    top: str
+    branch: str | None
+    cwd: str
+
+    def head(self) -> str | None:
+        """The commit at HEAD (``None`` outside a repository or before its
+        first commit)."""
+        lines = _git(self.cwd, "rev-parse", "--verify", "-q", "HEAD")
+        return lines[0] if lines else None
+
+
+def place_of(cwd: str) -> Place:
+    """The repository and branch of ``cwd`` (one ``git`` call, two in a
+    repository without a commit; a detached HEAD is named by its commit)."""
+    lines = _git(cwd, "rev-parse", "--show-toplevel", "--abbrev-ref", "HEAD")
+    if lines is None or len(lines) < 2:
+        top_lines = _git(cwd, "rev-parse", "--show-toplevel")
+        if not top_lines:
+            return Place(top=os.path.abspath(cwd), branch=None, cwd=cwd)
+        branch_lines = _git(cwd, "symbolic-ref", "--short", "-q", "HEAD")
+        branch = branch_lines[0] if branch_lines else None
+        return Place(top=top_lines[0], branch=branch, cwd=cwd)
+    top, branch = lines[0], lines[1]
+    place = Place(top=top, branch=branch, cwd=cwd)
+    if branch == "HEAD":
+        head = place.head()
+        place = Place(top=top, branch=head[:12] if head else None, cwd=cwd)
+    return place
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._/@+-]+")
+
+
+def task_base(place: Place) -> str:
+    """The task a repository and branch stand for: ``NAME@BRANCH-HASH``, HASH
+    the first 8 hex digits of the SHA-256 of the repository's absolute path
+    (two clones of one repository are two tasks)."""
+    digest = hashlib.sha256(place.top.encode("utf-8", "surrogatepass")).hexdigest()
+    name = _UNSAFE.sub("-", os.path.basename(place.top.rstrip("/")) or "root")
+    branch = _UNSAFE.sub("-", place.branch or "no-branch")
+    base = f"{name[:60]}@{branch[:100]}-{digest[:8]}"
+    return base if redact(base) == base else f"repo-{digest[:16]}"
+
+
+def generation_id(base: str, generation: int) -> str:
+    return base if generation <= 1 else f"{base}.{generation}"
+
+
+# =========================================================== the state file
+
+
+@dataclass
+class HookRecord:
+    """What the breaker remembers between two calls, for one task series."""
+
+    generation: int = 1
+    changes: list[str] = field(default_factory=list)
+    """What the agent did since the last gate (redacted, bounded)."""
+    stopped: str | None = None
+    """The stop reason when the task was last seen stopped."""
+    stop_blocked: str | None = None
+    """The failure a ``Stop`` was already refused for (task and version)."""
+
+    def dump(self) -> bytes:
+        return orjson.dumps(
+            {
+                "generation": self.generation,
+                "changes": self.changes,
+                "stopped": self.stopped,
+                "stop_blocked": self.stop_blocked,
+            }
+        )
+
+    @classmethod
+    def load(cls, raw: bytes) -> HookRecord:
+        try:
+            data = orjson.loads(raw)
+            generation = int(data.get("generation", 1))
+            changes = [str(c) for c in data.get("changes", [])][-PENDING_MAX:]
+            stopped = data.get("stopped")
+            blocked = data.get("stop_blocked")
+        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+            return cls()  # a damaged file is a fresh start: the log is the truth
+        return cls(
+            generation=max(1, generation),
+            changes=changes,
+            stopped=str(stopped) if stopped else None,
+            stop_blocked=str(blocked) if blocked else None,
+        )
+
+
+class HookState:
+    """The state file of one task series: ``DIR/<hash>.json``, the hash of
+    the store and the task, read and written under an exclusive lock (the
+    agent may run hooks of parallel tool calls at once). The log stays the
+    truth: a lost or damaged file only forgets the changes since the last
+    gate, and the series' generation is found again in the log."""
+
+    def __init__(self, directory: Path, store: str, base: str) -> None:
+        key = hashlib.sha256(f"{store}\0{base}".encode()).hexdigest()[:32]
+        self.directory = directory
+        self.path = directory / f"{key}.json"
+
+    @contextlib.contextmanager
+    def open(self) -> Iterator[HookRecord]:
+        """The record, locked; written back when the block ends normally."""
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock_path = self.path.with_suffix(".lock")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                raw = self.path.read_bytes()
+            except FileNotFoundError:
+                raw = b"{}"
+            record = HookRecord.load(raw)
+            before = record.dump()
+            yield record
+            after = record.dump()
+            if after != before:
+                handle, temporary = tempfile.mkstemp(
+                    dir=self.directory, prefix=".hook-", suffix=".tmp"
+                )
+                with os.fdopen(handle, "wb") as file:
+                    file.write(after)
+                os.replace(temporary, self.path)
+        finally:
+            os.close(fd)  # releases the lock
+
+    def peek(self) -> HookRecord:
+        """The record as it is, unlocked (to answer when the store fails)."""
+        try:
+            return HookRecord.load(self.path.read_bytes())
+        except OSError:
+            return HookRecord()
+
+
+# ============================================================= the strategy
+
+
+def _bounded(text: str, limit: int) -> str:
+    flat = text if len(text) <= limit else text[:limit] + " [...]"
+    return flat.replace("\x00", "")
+
+
+def edit_change(path: str, new_text: str) -> str:
+    return f"edit {path}: {_bounded(new_text, EDIT_TEXT_MAX)}"
+
+
+def _one_line(text: str, limit: int) -> str:
+    return _bounded(" ".join(text[: 4 * limit].split()), limit)
+
+
+def command_change(command: str) -> str:
+    return f"ran: {_one_line(command, COMMAND_TEXT_MAX)}"
+
+
+def strategy_of(changes: Sequence[str], command: str) -> str:
+    """A gate's strategy: what changed since the last gate (the edits, the
+    other commands), at most ``STRATEGY_MAX`` characters. The gate's command
+    is not part of it: the same patch tested another way is the same
+    strategy. With no change, the rerun is named as such (never a lesson)."""
+    if not changes:
+        return f"rerun without changes: {_one_line(command, COMMAND_TEXT_MAX)}"
+    text = "\n".join(changes)
+    return text if len(text) <= STRATEGY_MAX else text[: STRATEGY_MAX - 6] + " [...]"
+
+
+def error_line(output: str, exit_code: int | None) -> str:
+    """The line of a failure's output that says what went wrong, one line, at
+    most 300 characters. In order of preference, the first: pytest's ``E``
+    line; a summary line (``FAILED x - why``, ``ERROR``, ``FAIL``); a line
+    that opens with an error's name (``TypeError: ...``, ``error[E0308]:``,
+    ``panic:``, ``npm ERR!``); a line with an error word; any line. Banners
+    (``==== FAILURES ====``) and the exit code line are skipped."""
+    found: list[str | None] = [None] * len(_PREFERENCES)
+    for raw in output[:200_000].splitlines():
+        line = raw.strip()
+        if not line or _EXIT_CODE.fullmatch(line[:100]) or _BANNER.match(line):
+            continue
+        head = line[:1_000]
+        for rank, pattern in enumerate(_PREFERENCES):
+            if found[rank] is None and pattern.search(head):
+                found[rank] = line
+                break
+        if found[0] is not None:
+            break
+    first = next((line for line in found if line is not None), None)
+    if first is None:
+        return f"exited with code {exit_code}" if exit_code is not None else "failed"
+    return _one_line(first, ERROR_LINE_MAX - 1).replace(" [...]", "…")
+
+
+_BANNER = re.compile(r"[=_*#~-]{3}")
+_PREFERENCES = (
+    re.compile(r"^E\s"),
+    re.compile(r"^(?:FAILED|ERROR|FAIL)\b"),
+    re.compile(
+        r"^(?:\w{0,60}(?:Error|Exception)\b|error(?:\[\w{1,10}\])?:|panic:|npm ERR!)"
+    ),
+    _ERROR_WORDS,
+    re.compile(r"."),
+)
+
+
+def exit_code_in(text: str) -> int | None:
+    """The exit code an agent wrote into its error text, if it wrote one."""
+    found = _EXIT_CODE.search(text[:2_000])
+    if found is None:
+        return None
+    code = int(found.group(1))
+    return code if -(2**31) <= code <= 2**32 - 1 else None
+
+
+# ============================================================== the breaker
+
+RESUME_HINT = "devs resume {task} --actor NAME --reason WHY"
+
+
+def stop_reason(summary: TaskSummary, cli: str = "devs") -> str:
+    """Why the task is stopped, its failures, the last error, and the command
+    a human runs to let the agent go on (``cli``: how the human calls devs
+    on this store, e.g. ``devs --db PATH``)."""
+    task = shlex.quote(summary.task_id)
+    policy = summary.policy
+    count = summary.consecutive_failures
+    session = summary.pending_session
+    if summary.state is TaskState.HAND_OFF:
+        what = (
+            f"handed off to a human after {count} failures "
+            f"(hand-off threshold {policy.handoff_threshold})"
+        )
+        how = (
+            f"{cli} claim {task} --actor NAME, then "
+            f"{cli} resolve {task} --resolution return --actor NAME --reason WHY"
+        )
+    else:
+        if session is not None and session.reason is SessionReason.BLACKLISTED_STRATEGY:
+            what = "paused: the agent tried again a strategy that already failed"
+        elif session is not None and session.reason is SessionReason.ENTROPY_LIMIT:
+            kind = "stuck" if session.entropy_source == "derived" else "entropy"
+            score = session.entropy_score
+            shown = f"{score:.2f}" if score is not None else "?"
+            what = (
+                f"{kind} pause: score {shown} reached the threshold "
+                f"{policy.hitl_entropy_threshold:g}"
+            )
+        else:
+            what = (
+                f"escalated to a human: {count} failed gates in a row "
+                f"(escalation threshold {policy.escalation_threshold})"
+            )
+        how = f"{cli} resume {task} --actor NAME --reason WHY"
+    gates = [f for f in summary.failure_history if f.kind == "gate"]
+    recorded = gates or list(summary.failure_history)
+    last = recorded[-1] if recorded else None
+    last_line = error_line(last.error_message, last.exit_code) if last else "(none)"
+    return (
+        f"devs-recovery stopped task {summary.task_id}: {what}. "
+        f"Failures: {count}. Last error: {last_line}. "
+        f"A human lets the agent go on with: {how} "
+        f"(or sends it back with {cli} rewind {task}, or skips it with "
+        f"{cli} skip {task})."
+    )
+
+
+def stopped(summary: TaskSummary) -> bool:
+    return summary.state in WAITING
+
+
+class Breaker:
+    """Decides what one hook event means for the task, with the service."""
+
+    def __init__(
+        self,
+        api: Callable[[], RecoveryApi],
+        *,
+        agent: str,
+        base: str,
+        explicit: bool,
+        state: HookState,
+        gate_pattern: re.Pattern[str],
+        place: Place | None = None,
+        cli: str = "devs",
+    ) -> None:
+        self._open = api
+        self._api: RecoveryApi | None = None
+        self.agent = agent
+        self.base = base
+        self.explicit = explicit
+        self.state = state
+        self.gate_pattern = gate_pattern
+        self.place = place
+        self.cli = cli
+
+    @property
+    def api(self) -> RecoveryApi:
+        """The service, opened at its first use (an edit is remembered
+        without opening the store)."""
+        if self._api is None:
+            self._api = self._open()
+        return self._api
+
+    # ------------------------------------------------------------ the task
+
+    def is_gate(self, command: str | None) -> bool:
+        return bool(command) and bool(self.gate_pattern.search(command[:GATE_SCAN]))  # type: ignore[index]
+
+    def _current(self, record: HookRecord) -> tuple[str, TaskSummary | None]:
+        """The series' current task (and its summary, ``None`` if not yet
+        started): the remembered generation, moved past finished tasks."""
+        generation = record.generation
+        for _ in range(100_000):
+            task_id = generation_id(self.base, generation)
+            try:
+                summary = self.api.task(task_id)
+            except UnknownTask:
+                if generation > 1 and self._known(self.base) is None:
+                    # Remembered but unknown here (another store, or the file
+                    # outlived its database): look from the start again.
+                    generation = 1
+                    record.generation = 1
+                    continue
+                record.generation = generation
+                return task_id, None
+            if summary.state in FINISHED and not self.explicit:
+                generation += 1
+                record.generation = generation
+                continue
+            record.generation = generation
+            return task_id, summary
+        msg = "too many finished tasks in this series"
+        raise InvalidInput(msg)
+
+    def _known(self, task_id: str) -> TaskSummary | None:
+        try:
+            return self.api.task(task_id)
+        except UnknownTask:
+            return None
+
+    def _started(self, record: HookRecord) -> TaskSummary:
+        task_id, summary = self._current(record)
+        if summary is not None:
+            return summary
+        place = self.place
+        try:
+            return self.api.start_task(
+                task_id,
+                agent=self.agent,
+                last_commit=place.head() if place is not None else None,
+            )
+        except AlreadyExists:  # another hook of the same agent started it
+            return self.api.task(task_id)
+
+    def _remember(self, record: HookRecord, summary: TaskSummary | None) -> None:
+        record.stopped = (
+            stop_reason(summary, self.cli)
+            if summary is not None and stopped(summary)
+            else None
+        )
+
+    # ------------------------------------------------------------ events
+
+    def handle(self, seen: Seen) -> Answer:
+        with self.state.open() as record:
+            return self._handle(seen, record)
+
+    def _handle(self, seen: Seen, record: HookRecord) -> Answer:
+        if seen.kind == "session_start":
+            return self._session_start(record)
+        if seen.kind == "pre_tool":
+            return self._pre_tool(seen, record)
+        if seen.kind in ("post_tool", "post_tool_failure"):
+            return self._post_tool(seen, record)
+        if seen.kind == "stop":
+            return self._stop(seen, record)
+        return NOTHING
+
+    def _session_start(self, record: HookRecord) -> Answer:
+        summary = self._started(record)
+        self._remember(record, summary)
+        if stopped(summary):
+            return Answer(context=record.stopped)
+        return NOTHING
+
+    def _pre_tool(self, seen: Seen, record: HookRecord) -> Answer:
+        gate = self.is_gate(seen.command)
+        if gate:
+            summary: TaskSummary | None = self._started(record)
+        else:
+            _, summary = self._current(record)
+        self._remember(record, summary)
+        if summary is None or summary.state in FINISHED:
+            return NOTHING
+        if stopped(summary):
+            return Answer(deny=record.stopped)
+        if not gate or not record.changes:
+            # Nothing changed since the last gate: a rerun is no new
+            # strategy; the ladder counts its failure all the same.
+            return NOTHING
+        strategy = strategy_of(record.changes, seen.command or "")
+        if not self._failed_before(summary.task_id, strategy):
+            return NOTHING
+        # The same patch again: the blacklist refuses it (and pauses the task).
+        decision = self.api.begin_attempt(summary.task_id, strategy)
+        if decision.proceed:
+            return NOTHING
+        after = self.api.task(summary.task_id)
+        self._remember(record, after)
+        record.changes = []
+        reason = "\n".join(
+            part
+            for part in (
+                "This strategy already failed and must not be tried again.",
+                decision.directive,
+                record.stopped,
+            )
+            if part
+        )
+        return Answer(deny=reason, halt=record.stopped)
+
+    def _failed_before(self, task_id: str, strategy: str) -> bool:
+        """Whether these very changes (whitespace aside) failed before.
+
+        The service's blacklist matches strategies within 20 % edit distance
+        of a lesson, which suits strategies told in words. Two patches a
+        character apart are two fixes (the right one is often a character
+        away from a wrong one), so the blacklist is asked only about changes
+        that failed as they are."""
+        wanted = " ".join(strategy.split())
+        return any(
+            " ".join(lesson.failed_strategy.split()) == wanted
+            for lesson in self.api.lessons(task_id)
+        )
+
+    def _post_tool(self, seen: Seen, record: HookRecord) -> Answer:
+        if seen.edits:
+            made = [redact(edit_change(self._shown(p), t)) for p, t in seen.edits]
+            record.changes = [*record.changes, *made][-PENDING_MAX:]
+            return NOTHING
+        if not seen.command:
+            return NOTHING
+        if not self.is_gate(seen.command):
+            record.changes = [*record.changes, redact(command_change(seen.command))][
+                -PENDING_MAX:
+            ]
+            return NOTHING
+        if seen.unjudged:
+            return NOTHING  # how the gate ended is unknown: nothing recorded
+        summary = self._started(record)
+        if summary.state not in (TaskState.RUNNING, TaskState.GATE_FAILED):
+            self._remember(record, summary)
+            return Answer(halt=record.stopped) if stopped(summary) else NOTHING
+        strategy = strategy_of(record.changes, seen.command)
+        changed = bool(record.changes)
+        record.changes = []
+        gate_name = _bounded(
+            " ".join(seen.command[: NAME_MAX * 4].split()), NAME_MAX - 7
+        )
+        failed = seen.failed or (seen.exit_code not in (None, 0))
+        if not failed:
+            self.api.record_gate(
+                summary.task_id,
+                0,
+                gate=gate_name,
+                strategy=strategy,
+                output=seen.output,
+            )
+            record.stopped = None
+            return NOTHING
+        code = seen.exit_code if seen.exit_code not in (None, 0) else None
+        first = error_line(seen.output, code)
+        decision = self.api.record_gate(
+            summary.task_id,
+            code,
+            gate=gate_name,
+            strategy=strategy,
+            error=first,
+            output=seen.output,
+        )
+        if changed:
+            self.api.log_lesson(summary.task_id, strategy, first)
+        if decision.outcome in (Outcome.PAUSE, Outcome.ESCALATE, Outcome.HAND_OFF):
+            after = self.api.task(summary.task_id)
+            self._remember(record, after)
+            return Answer(halt=record.stopped)
+        record.stopped = None
+        policy = summary.policy
+        return Answer(
+            context=(
+                f"devs-recovery: gate failed ({decision.consecutive_failures} "
+                f"in a row; a human is asked at {policy.escalation_threshold}). "
+                f"First error: {first}. Do not repeat a change that already failed."
+            )
+        )
+
+    def _shown(self, path: str) -> str:
+        """A path as the strategy shows it: relative to the repository."""
+        if self.place is not None and os.path.isabs(path):
+            try:
+                return os.path.relpath(path, self.place.top)
+            except ValueError:
+                return path
+        return path
+
+    def _stop(self, seen: Seen, record: HookRecord) -> Answer:
+        _, summary = self._current(record)
+        self._remember(record, summary)
+        if summary is None or seen.stop_hook_active:
+            return NOTHING
+        if summary.state is not TaskState.GATE_FAILED:
+            return NOTHING
+        mark = f"{summary.task_id}@{summary.version}"
+        if record.stop_blocked == mark:
+            return NOTHING  # refused once for this failing gate already
+        record.stop_blocked = mark
+        last = summary.failure_history[-1] if summary.failure_history else None
+        line = error_line(last.error_message, last.exit_code) if last else "(none)"
+        return Answer(
+            block=(
+                f"devs-recovery: the last gate of task {summary.task_id} failed "
+                f"({summary.consecutive_failures} in a row): the gate is red. "
+                f"Last error: {line}. Make it pass before you stop."
+            )
+        )
+
+
+def store_identity(url: str | None, environ: Mapping[str, str]) -> str:
+    """What tells two stores apart in the state file's name (a hash of it
+    is all that is written)."""
+    if url:
+        return f"url:{url}"
+    if database := (environ.get("DEVS_DATABASE_URL") or "").strip():
+        return f"pg:{database}"
+    db = (environ.get("DEVS_DB") or "").strip() or "devs_state.sqlite"
+    return f"sqlite:{os.path.abspath(db)}"
+
+
+def answer_json(value: Mapping[str, Any]) -> str:
+    return orjson.dumps(value).decode()

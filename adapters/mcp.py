@@ -1,0 +1,269 @@
+"""The referee as a Model Context Protocol server: ``devs mcp`` (stdio) and
+``/mcp`` in ``devs serve`` (streamable HTTP, behind the API token).
+
+Built on the ``mcp`` package's ``MCPServer`` (version 2). Each tool's input
+schema comes from the service's own argument types
+(:mod:`devs.domain.values`), so an agent sees the same limits a Python or HTTP
+caller meets; a value out of range is a tool error naming the field, and so
+is every error of the service (:class:`~devs.domain.DevsError`: its kind and
+message, never a traceback).
+
+``run_gate`` is the tool a careful agent should use: it runs the test command
+itself, sandboxed (:func:`devs.adapters.sandbox.run_gate`), in the server's
+working directory, and records its result, so the agent cannot misreport it.
+"""
+
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import anyio.to_thread
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
+
+from devs.adapters.sandbox import IsolationUnavailable, run_gate
+from devs.domain import (
+    AttemptDecision,
+    DevsError,
+    EntropyDecision,
+    GateDecision,
+    InvalidInput,
+    Lesson,
+    RecoveryService,
+    TaskSummary,
+)
+from devs.domain.values import (
+    AgentName,
+    CommitId,
+    EntropyScore,
+    ErrorText,
+    ExitCode,
+    GateName,
+    OutputText,
+    RcaSummary,
+    RunId,
+    Strategy,
+    TaskId,
+)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+INSTRUCTIONS = """\
+devs-recovery referees your work on a task, so that you do not loop on a \
+failing strategy. Call start_task once, begin_attempt with your strategy \
+before each try (it refuses a strategy that already failed), run the tests \
+with run_gate (or report them with record_gate), and read task_status and \
+lessons before a new try. When a tool answers that a human is asked \
+(escalate, pause, hand_off), stop working on the task."""
+
+GATE_TIMEOUT_MAX = 3_600.0
+DEFAULT_GATE_TIMEOUT = 600.0
+
+Runner = Callable[[Callable[[], Any]], Awaitable[Any]]
+"""Runs a call of the service off the event loop and awaits its value: a
+thread in ``devs mcp``, the worker's writer thread in ``devs serve``."""
+
+
+class GateRunResult(BaseModel):
+    """What ``run_gate`` ran and what the referee decided."""
+
+    exit_code: int | None
+    timed_out: bool
+    duration_seconds: float
+    isolation: str
+    output_tail: str
+    """The last 4,000 characters of the output (redacted in the log)."""
+    decision: GateDecision
+
+
+Command = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=4_096)]],
+    Field(min_length=1, max_length=256),
+]
+
+
+def _tool_errors(call: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """The service's errors as tool errors: kind, message and field."""
+
+    @functools.wraps(call)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await call(*args, **kwargs)
+        except DevsError as error:
+            field = error.field if isinstance(error, InvalidInput) else None
+            where = f" (field {field})" if field else ""
+            raise ToolError(f"{error.kind}{where}: {error}") from None
+
+    wrapper.__signature__ = inspect.signature(call)  # type: ignore[attr-defined]
+    return wrapper
+
+
+async def _in_thread(call: Callable[[], Any]) -> Any:
+    return await anyio.to_thread.run_sync(call)
+
+
+def build_server(
+    service: Callable[[], RecoveryService],
+    *,
+    commands: Runner | None = None,
+    workdir: Path | None = None,
+    name: str = "devs-recovery",
+) -> MCPServer:
+    """The MCP server over the service ``service()`` returns (looked up at
+    each call: ``devs serve`` opens its service when the app starts).
+    ``commands`` runs the commands (default: a thread); ``workdir`` is where
+    ``run_gate`` runs its command (default: the current directory)."""
+    # MCPServer() configures the root logger (logging.basicConfig with a
+    # rich handler) when it has no handler: the host's logging is left as
+    # it was (`devs serve` and `devs mcp` set up their own).
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        server = MCPServer(name, instructions=INSTRUCTIONS)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    run = commands or _in_thread
+
+    @server.tool()
+    @_tool_errors
+    async def start_task(
+        task_id: TaskId,
+        run_id: RunId | None = None,
+        agent: AgentName | None = None,
+        last_commit: CommitId | None = None,
+    ) -> TaskSummary:
+        """Start a task (once): its id, optionally its run, agent and commit."""
+        value: TaskSummary = await run(
+            lambda: service().start_task(
+                task_id, run_id=run_id, agent=agent, last_commit=last_commit
+            )
+        )
+        return value
+
+    @server.tool()
+    @_tool_errors
+    async def begin_attempt(task_id: TaskId, strategy: Strategy) -> AttemptDecision:
+        """Say the strategy of your next try before you make it: `proceed`
+        false means it repeats one that already failed (read `directive`)."""
+        value: AttemptDecision = await run(
+            lambda: service().begin_attempt(task_id, strategy)
+        )
+        return value
+
+    @server.tool()
+    @_tool_errors
+    async def record_gate(
+        task_id: TaskId,
+        exit_code: ExitCode,
+        gate: GateName | None = None,
+        strategy: Strategy | None = None,
+        error: ErrorText | None = None,
+        output: OutputText | None = None,
+    ) -> GateDecision:
+        """Report a test run you ran yourself by its exit code (0 passes;
+        null: killed or timed out). Prefer run_gate."""
+        value: GateDecision = await run(
+            lambda: service().record_gate(
+                task_id,
+                exit_code,
+                gate=gate,
+                strategy=strategy,
+                error=error,
+                output=output,
+            )
+        )
+        return value
+
+    @server.tool(name="run_gate")
+    @_tool_errors
+    async def run_gate_tool(
+        task_id: TaskId,
+        command: Command,
+        timeout: Annotated[float, Field(gt=0, le=GATE_TIMEOUT_MAX)] = (
+            DEFAULT_GATE_TIMEOUT
+        ),
+        strategy: Strategy | None = None,
+    ) -> GateRunResult:
+        """Run the test command (an argv list, e.g. ["pytest", "-q"]) sandboxed
+        in the server's working directory, and record its result."""
+        where = workdir or Path.cwd()
+
+        def gate() -> GateRunResult:
+            referee = service()
+            referee.require_gate_allowed(task_id)
+            try:
+                result = run_gate(command, cwd=where, timeout=timeout)
+            except IsolationUnavailable as error:  # pragma: no cover - "auto"
+                raise InvalidInput(str(error), field="command") from None
+            decision = referee.record_gate(
+                task_id,
+                result.exit_code,
+                gate=" ".join(command)[:190],
+                strategy=strategy,
+                error=result.error_line,
+                output=result.output,
+            )
+            return GateRunResult(
+                exit_code=result.exit_code,
+                timed_out=result.timed_out,
+                duration_seconds=round(result.duration_seconds, 3),
+                isolation=result.isolation,
+                output_tail=decision_tail(result.output),
+                decision=decision,
+            )
+
+        value: GateRunResult = await run(gate)
+        return value
+
+    @server.tool()
+    @_tool_errors
+    async def report_entropy(task_id: TaskId, score: EntropyScore) -> EntropyDecision:
+        """Report how uncertain you are, in [0, 1]; at the threshold a human
+        is asked."""
+        value: EntropyDecision = await run(
+            lambda: service().report_entropy(task_id, score)
+        )
+        return value
+
+    @server.tool()
+    @_tool_errors
+    async def log_lesson(
+        task_id: TaskId, failed_strategy: Strategy, rca_summary: RcaSummary
+    ) -> Lesson:
+        """Record a strategy that failed and why: it will be refused again."""
+        value: Lesson = await run(
+            lambda: service().log_lesson(task_id, failed_strategy, rca_summary)
+        )
+        return value
+
+    @server.tool()
+    @_tool_errors
+    async def task_status(task_id: TaskId) -> TaskSummary:
+        """The task's state, failures, lessons and pending human session."""
+        value: TaskSummary = await _in_thread(lambda: service().task(task_id))
+        return value
+
+    @server.tool()
+    @_tool_errors
+    async def lessons(task_id: TaskId) -> list[Lesson]:
+        """The strategies that failed on this task, and why."""
+        value: list[Lesson] = await _in_thread(lambda: service().lessons(task_id))
+        return value
+
+    return server
+
+
+OUTPUT_TAIL = 4_000
+
+
+def decision_tail(output: str) -> str:
+    """The end of a gate's output, redacted, for the agent to read."""
+    from devs.domain.redaction import redact
+
+    return redact(output[-OUTPUT_TAIL * 4 :])[-OUTPUT_TAIL:]

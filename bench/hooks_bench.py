@@ -1,0 +1,195 @@
+"""The time one ``devs hook claude-code`` call adds to a coding agent's step.
+
+    .venv/bin/python bench/hooks_bench.py [--calls 200] [--dir DIR]
+
+What the agent waits for is the whole process: start, imports, the store,
+the decision, exit. Each call here is the real binary run as Claude Code runs
+it (one JSON event on stdin, its answer read from stdout), on a SQLite store
+and a git repository in ``--dir``, timed from ``Popen`` to exit, for:
+
+- **plain PreToolUse**: a tool call that is not a gate (``git status``): the
+  task's state is read, nothing written;
+- **gate failure**: a ``PostToolUseFailure`` of ``pytest`` after an edit:
+  the gate recorded, a lesson logged (the policy is patient, so the ladder
+  never stops the task and every call does the same work);
+- **edit**: a ``PostToolUse`` of ``Edit``: remembered, the store not opened.
+
+Beside them, in the same run, what a process start costs on its own: the
+interpreter (``python -c pass``), and the interpreter importing what
+``devs hook`` imports (``import devs.adapters.cli``); and the same gate
+failure decided in process (``respond()``, no process start). Prints median
+and p99 of each; target (issue "The agents people run"): p99 <= 150 ms per
+call, and every answer within 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+TARGET_P99 = 0.150
+ANSWER_MAX = 1.0
+DEVS = str(Path(sys.executable).with_name("devs"))
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest rank: the value at rank ceil(p/100 * n), 1-based."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * p // 100))
+    return ordered[int(rank) - 1]
+
+
+def timed(run: Callable[[], Any], calls: int) -> list[float]:
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def process(argv: list[str], stdin: bytes, env: dict[str, str], cwd: Path) -> None:
+    done = subprocess.run(argv, input=stdin, capture_output=True, env=env, cwd=cwd)
+    if done.returncode != 0:
+        raise SystemExit(f"{argv} failed: {done.stderr.decode()[-500:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--dir", type=Path, default=None)
+    args = parser.parse_args()
+    base = args.dir or Path(tempfile.mkdtemp(prefix="devs-hooks-bench-"))
+    repo = base / "repo"
+    repo.mkdir(parents=True, exist_ok=True)
+    git = ["git", "-C", str(repo), "-c", "user.email=b@b", "-c", "user.name=b"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "s"], check=True)
+    db = base / "state.sqlite"
+    env = {
+        **os.environ,
+        "DEVS_HOOK_STATE_DIR": str(base / "hooks"),
+        "DEVS_ESCALATION_THRESHOLD": "1000",
+        "DEVS_HANDOFF_THRESHOLD": "1000",
+    }
+    for name in ("DEVS_URL", "DEVS_TASK_ID", "DEVS_DATABASE_URL"):
+        env.pop(name, None)
+    hook = [DEVS, "--db", str(db), "hook", "claude-code"]
+    cwd = str(repo)
+
+    def event(**fields: Any) -> bytes:
+        return json.dumps({"session_id": "bench", "cwd": cwd, **fields}).encode()
+
+    start = event(hook_event_name="SessionStart", source="startup")
+    plain = event(
+        hook_event_name="PreToolUse",
+        tool_name="Bash",
+        tool_input={"command": "git status"},
+    )
+    counter = iter(range(10**9))
+
+    def edit() -> bytes:
+        return event(
+            hook_event_name="PostToolUse",
+            tool_name="Edit",
+            tool_input={
+                "file_path": f"{cwd}/calc.py",
+                "old_string": "pass",
+                "new_string": f"return a + b + {next(counter)} * 7919  # try",
+            },
+            tool_response={},
+        )
+
+    failure = event(
+        hook_event_name="PostToolUseFailure",
+        tool_name="Bash",
+        tool_input={"command": "pytest -q"},
+        error="Exit code 1\n" + "E   assert 4 == 5\n" + "x" * 2_000 + "\n1 failed",
+    )
+    process(hook, start, env, repo)
+
+    figures: dict[str, list[float]] = {}
+    figures["python -c pass"] = timed(
+        lambda: process([sys.executable, "-c", "pass"], b"", env, repo), args.calls
+    )
+    figures["python -c 'import devs.adapters.cli'"] = timed(
+        lambda: process(
+            [sys.executable, "-c", "import devs.adapters.cli"], b"", env, repo
+        ),
+        args.calls,
+    )
+    figures["hook: plain PreToolUse"] = timed(
+        lambda: process(hook, plain, env, repo), args.calls
+    )
+
+    edit_times: list[float] = []
+    gate_times: list[float] = []
+    for _ in range(args.calls):
+        body = edit()
+        began = time.perf_counter()
+        process(hook, body, env, repo)
+        edit_times.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        process(hook, failure, env, repo)
+        gate_times.append(time.perf_counter() - began)
+    figures["hook: edit (PostToolUse)"] = edit_times
+    figures["hook: gate failure (PostToolUseFailure)"] = gate_times
+
+    # The same gate failure decided in this process: no start, no imports.
+    os.environ.update(env)
+    from devs.adapters.cli.agents import respond
+    from devs.adapters.config import Settings, open_service
+    from devs.adapters.hook_dialects import DIALECTS
+
+    service = open_service(Settings(db=str(db)))
+    dialect = DIALECTS["claude-code"]
+
+    def in_process() -> None:
+        respond(dialect, edit(), env, lambda: service, f"sqlite:{db}")
+        respond(dialect, failure, env, lambda: service, f"sqlite:{db}")
+
+    figures["in process: edit + gate failure, no process start"] = timed(
+        in_process, args.calls
+    )
+    service.close()
+
+    print(f"devs hook claude-code, {args.calls} calls each, SQLite ({db})")
+    print(f"{'':52} {'median':>9} {'p99':>9}")
+    for name, values in figures.items():
+        median = statistics.median(values) * 1000
+        p99 = percentile(values, 99) * 1000
+        print(f"{name:52} {median:7.1f}ms {p99:7.1f}ms")
+    start_cost = statistics.median(figures["python -c 'import devs.adapters.cli'"])
+    gate = figures["hook: gate failure (PostToolUseFailure)"]
+    share = start_cost / statistics.median(gate)
+    print(
+        f"process start and imports: {share:.0%} of a gate failure's median "
+        f"({start_cost * 1000:.0f} ms of {statistics.median(gate) * 1000:.0f} ms)"
+    )
+    for name in (
+        "hook: plain PreToolUse",
+        "hook: gate failure (PostToolUseFailure)",
+        "hook: edit (PostToolUse)",
+    ):
+        p99 = percentile(figures[name], 99)
+        slowest = max(figures[name])
+        verdict = "target met" if p99 <= TARGET_P99 else "target MISSED"
+        within = "yes" if slowest <= ANSWER_MAX else "NO"
+        print(
+            f"{verdict}: {name} p99 {p99 * 1000:.0f} ms (target <= "
+            f"{TARGET_P99 * 1000:.0f} ms); every answer within 1 s: {within} "
+            f"(slowest {slowest * 1000:.0f} ms)"
+        )
+
+
+if __name__ == "__main__":
+    main()
