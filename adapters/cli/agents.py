@@ -5,17 +5,11 @@ and ``devs mcp`` (the referee as an MCP server over stdio). docs/agents.md."""
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
-import signal
 import sys
-from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import FrameType
-from typing import NoReturn
 
 import click
-import orjson
 
 from devs.adapters.cli.base import (
     Context,
@@ -29,7 +23,7 @@ from devs.adapters.cli.base import (
     plain,
 )
 from devs.adapters.config import DB_ENV, DEFAULT_DB, MEMORY
-from devs.adapters.hook_dialects import DIALECTS, Dialect
+from devs.adapters.hook_dialects import DIALECTS
 from devs.adapters.hook_install import (
     LAYOUTS,
     describe,
@@ -39,116 +33,9 @@ from devs.adapters.hook_install import (
     status,
     uninstall,
 )
-from devs.adapters.hooks import (
-    Answer,
-    Breaker,
-    HookSettings,
-    HookState,
-    Seen,
-    default_state_dir,
-    place_of,
-    store_identity,
-    task_base,
-)
+from devs.adapters.hook_runner import EVENT_MAX, handle
+from devs.adapters.hooks import default_state_dir
 from devs.domain import DevsError, InvalidInput
-from devs.domain.redaction import redact
-from devs.domain.service import RecoveryApi
-
-EVENT_MAX = 64 * 1024 * 1024
-"""The largest hook event read from stdin (a tool's whole output is in it)."""
-
-
-class HookTimeout(Exception):
-    """The hook took longer than ``DEVS_HOOK_TIMEOUT``."""
-
-
-def _alarm(signum: int, frame: FrameType | None) -> NoReturn:
-    raise HookTimeout
-
-
-def _say(line: str) -> None:
-    click.echo(f"devs hook: {' '.join(redact(line).split())[:2_000]}", err=True)
-
-
-def respond(
-    dialect: Dialect,
-    raw: bytes,
-    environ: Mapping[str, str],
-    open_local: Callable[[], RecoveryApi],
-    store: str,
-    cli: str = "devs",
-) -> tuple[str | None, int]:
-    """The answer to one hook event (stdout text and exit code). Every
-    failure is one line on stderr and exit code 1, which the agents read as
-    a hook that failed without blocking; but a tool call is still refused
-    when the task was last seen stopped."""
-    try:
-        event = orjson.loads(raw)
-        if not isinstance(event, dict):
-            msg = "the hook event must be a JSON object"
-            raise ValueError(msg)
-        seen = dialect.read(event)
-    except (orjson.JSONDecodeError, ValueError, DevsError) as error:
-        _say(f"error: malformed hook event: {error}")
-        return None, 1
-    state: HookState | None = None
-    try:
-        settings = HookSettings.from_environ(environ)
-        cwd = seen.cwd if seen.cwd and os.path.isdir(seen.cwd) else os.getcwd()
-        place = place_of(cwd) if settings.task_id is None else None
-        base = settings.task_id or task_base(place)  # type: ignore[arg-type]
-        state = HookState(
-            settings.state_dir,
-            store_identity(settings.url, environ) if settings.url else store,
-            base,
-        )
-        opener = open_local
-        if settings.url is not None:
-            cli = f"devs (on the machine of {settings.url}, or its HTTP API)"
-            url, token = settings.url, settings.token
-
-            def opener() -> RecoveryApi:
-                from devs.adapters.client import HttpRecoveryClient
-
-                return HttpRecoveryClient(url, token=token, timeout=settings.timeout)
-
-        breaker = Breaker(
-            opener,
-            agent=dialect.agent,
-            base=base,
-            explicit=settings.task_id is not None,
-            state=state,
-            gate_pattern=settings.gate_pattern,
-            place=place,
-            cli=cli,
-        )
-        previous = signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, settings.timeout)
-        try:
-            answer = breaker.handle(seen)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-    except Exception as error:  # every failure: said, never a traceback
-        return _failed(dialect, seen, state, error)
-    return dialect.write(seen, answer)
-
-
-def _failed(
-    dialect: Dialect, seen: Seen, state: HookState | None, error: BaseException
-) -> tuple[str | None, int]:
-    if isinstance(error, HookTimeout):
-        what = "no answer from the store within DEVS_HOOK_TIMEOUT"
-    elif isinstance(error, DevsError):
-        what = str(error)
-    else:
-        what = f"{type(error).__name__}: {error}"
-    known = state.peek().stopped if state is not None else None
-    if known and seen.kind == "pre_tool":
-        _say(f"warning: {what}; the task was last seen stopped, so the tool is refused")
-        return dialect.write(seen, Answer(deny=known))
-    _say(f"error: {what}")
-    return None, 1
 
 
 @cli.command("hook")
@@ -161,28 +48,13 @@ def hook(ctx: Context, agent: str) -> None:
     The task is DEVS_TASK_ID, else the repository and branch of the event's
     working directory. With DEVS_URL (and DEVS_API_TOKEN) it asks a running
     `devs serve`, else it opens the store (DEVS_DB / DEVS_DATABASE_URL).
+    Installed as `devs --db FILE hook AGENT`, it is answered by the hook
+    server of that store (started at the first call, gone when idle).
     """
     raw = sys.stdin.buffer.read(EVENT_MAX + 1)
-    if len(raw) > EVENT_MAX:
-        _say(f"error: the hook event is larger than {EVENT_MAX} bytes")
-        sys.exit(1)
-
-    def open_local() -> RecoveryApi:
-        return ctx.app
-
-    try:
-        store = f"sqlite:{os.path.abspath(ctx.db)}"
-        if ctx.settings.database_url is not None:
-            store = f"pg:{ctx.settings.database_url.get_secret_value()}"
-    except DevsError as error:
-        _say(f"error: {error}")
-        sys.exit(1)
-    cli_name = "devs"
-    if ctx.db != DEFAULT_DB:
-        cli_name = f"devs --db {shlex.quote(ctx.db)}"
-    text, code = respond(
-        DIALECTS[agent], raw, os.environ, open_local, store, cli=cli_name
-    )
+    text, errors, code = handle(agent, ctx.db_option, raw, os.environ)
+    if errors:
+        sys.stderr.write(errors)
     if text is not None:
         click.echo(text)
     sys.exit(code)

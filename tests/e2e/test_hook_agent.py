@@ -52,6 +52,7 @@ class ScriptedAgent:
             **os.environ,
             "HOME": str(tmp_path / "home"),
             "XDG_STATE_HOME": str(tmp_path / "state"),
+            "DEVS_HOOK_SERVER_IDLE": "30",
         }
         for name in ("DEVS_DB", "DEVS_DATABASE_URL", "DEVS_URL", "DEVS_TASK_ID"):
             self.env.pop(name, None)

@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
-from devs.adapters.cli.agents import respond
 from devs.adapters.config import Settings, open_service
 from devs.adapters.hook_dialects import DIALECTS, judged_by_output
+from devs.adapters.hook_runner import respond
 from devs.adapters.hooks import Place, task_base
 from devs.domain import RecoveryService
 from devs.domain.chart import TaskState

@@ -34,6 +34,7 @@ from devs.adapters.hooks import (
     strategy_of,
     task_base,
 )
+from devs.adapters.launch import hook_call
 from devs.domain.errors import InvalidInput
 from devs.domain.values import STRATEGY_MAX
 
@@ -292,3 +293,23 @@ def test_codex_entries_are_claude_codes_shape_in_codex_hooks_json(
     assert data["hooks"]["PostToolUse"][0]["matcher"] == "Bash|apply_patch"
     # Claude Code's entries in the same folder's other file are not Codex's.
     assert status(CLAUDE_CODE, path).events == ()
+
+
+@pytest.mark.parametrize(
+    ("argv", "call"),
+    [
+        (["hook", "claude-code"], ("claude-code", None)),
+        (["--db", "/d/x.sqlite", "hook", "codex"], ("codex", "/d/x.sqlite")),
+        (["--db=/d/x.sqlite", "hook", "openhands"], ("openhands", "/d/x.sqlite")),
+        (["hook", "cursor"], None),
+        (["-v", "hook", "claude-code"], None),
+        (["--db", "", "hook", "codex"], None),
+        (["hooks", "install", "codex"], None),
+        (["status"], None),
+        ([], None),
+    ],
+)
+def test_only_an_installed_hook_call_takes_the_fast_path(
+    argv: list[str], call: tuple[str, str | None] | None
+) -> None:
+    assert hook_call(argv) == call

@@ -1,0 +1,216 @@
+"""``devs [--db DB] hook AGENT`` without the imports: the installed hooks'
+fast path.
+
+A coding agent waits for every hook call, and most of a ``devs`` process's
+time goes to importing the service (pydantic's models, eventsourcing: about
+0.7 s here), not to deciding (about 10 ms). So the installed command hands
+the event to a hook server (:mod:`devs.adapters.hook_server`): one process per
+store and setting, already holding the service, reached over a Unix socket in
+a folder only this user can enter. This module imports nothing but the
+standard library.
+
+The first call finds no server: it starts one (detached; it ends after
+``DEVS_HOOK_SERVER_IDLE`` seconds without a call) and answers this event
+itself, in process, as ``devs hook`` always could. A call whose server
+cannot be reached is answered in process too; one whose server took the
+event but did not answer in time is a failure (one line, exit 1), never
+answered twice. ``DEVS_HOOK_SERVER=off`` answers every call in process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import stat
+import struct
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+SERVER_ENV = "DEVS_HOOK_SERVER"
+IDLE_ENV = "DEVS_HOOK_SERVER_IDLE"
+DEFAULT_IDLE = 600.0
+MAX_IDLE = 86_400.0
+TIMEOUT_ENV = "DEVS_HOOK_TIMEOUT"
+DEFAULT_TIMEOUT = 10.0
+EVENT_MAX = 64 * 1024 * 1024
+OFF = frozenset({"0", "off", "false", "no"})
+SHARED_ENV = ("HOME", "XDG_STATE_HOME", "PATH")
+"""Variables besides ``DEVS_*`` that change what a hook call does (where the
+state files are, which ``git`` runs)."""
+CODE = ("hooks.py", "hook_dialects.py", "hook_runner.py", "hook_server.py")
+
+
+def server_wanted(environ: Mapping[str, str]) -> bool:
+    return (environ.get(SERVER_ENV) or "").strip().lower() not in OFF
+
+
+def call_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """What of the caller's environment a hook call reads."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name.startswith("DEVS_") or name in SHARED_ENV
+    }
+
+
+def socket_folder(environ: Mapping[str, str]) -> Path | None:
+    """A folder only this user can enter (created 0700), for the servers'
+    sockets: ``$XDG_RUNTIME_DIR/devs``, else ``/tmp/devs-UID``; ``None`` when
+    it is not safe (another owner, other permissions, a link)."""
+    runtime = (environ.get("XDG_RUNTIME_DIR") or "").strip()
+    base = Path(runtime) / "devs" if runtime and os.path.isdir(runtime) else None
+    folder = base or Path("/tmp") / f"devs-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        found = os.lstat(folder)
+    except OSError:
+        return None
+    private = (
+        stat.S_ISDIR(found.st_mode)
+        and found.st_uid == os.getuid()
+        and not found.st_mode & 0o077
+    )
+    return folder if private else None
+
+
+def server_key(db: str | None, environ: Mapping[str, str]) -> str:
+    """What one server answers for: the store (``--db``), the settings
+    (``DEVS_*`` but the task, which each call names), the interpreter and the
+    code (a changed ``devs`` gets a new server)."""
+    here = Path(__file__).parent
+    stamps = []
+    for name in CODE:
+        try:
+            stamps.append(os.stat(here / name).st_mtime_ns)
+        except OSError:
+            stamps.append(0)
+    settings = {k: v for k, v in call_environ(environ).items() if k != "DEVS_TASK_ID"}
+    described = json.dumps(
+        {
+            "db": os.path.abspath(db) if db else None,
+            "env": settings,
+            "python": sys.executable,
+            "code": stamps,
+            "cwd": os.getcwd() if not db and "DEVS_DB" not in environ else None,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(described.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+
+
+def _receive(connection: socket.socket) -> bytes:
+    chunks = []
+    while chunk := connection.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def frame(header: Mapping[str, object], raw: bytes) -> bytes:
+    """A request: the header's length, the header (JSON), the event's length,
+    the event as the agent wrote it."""
+    encoded = json.dumps(header).encode("utf-8", "surrogatepass")
+    return struct.pack(">I", len(encoded)) + encoded + struct.pack(">Q", len(raw)) + raw
+
+
+class Unreachable(Exception):
+    """No server took the event (it may be answered elsewhere)."""
+
+
+def ask(path: Path, request: bytes, timeout: float) -> dict[str, object]:
+    """Send a request to the server at ``path`` and read its answer."""
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        connection.settimeout(2.0)
+        try:
+            connection.connect(str(path))
+        except OSError as error:
+            raise Unreachable(str(error)) from None
+        connection.settimeout(timeout)
+        connection.sendall(request)
+        connection.shutdown(socket.SHUT_WR)
+        answer = json.loads(_receive(connection) or b"null")
+    finally:
+        connection.close()
+    if not isinstance(answer, dict):
+        msg = "the hook server closed the connection without an answer"
+        raise OSError(msg)
+    return answer
+
+
+def start_server(path: Path, db: str | None, environ: Mapping[str, str]) -> None:
+    """Start the server for ``path``, detached (it outlives this call)."""
+    argv = [sys.executable, "-m", "devs.adapters.hook_server", str(path)]
+    if db:
+        argv += ["--db", db]
+    try:
+        subprocess.Popen(
+            argv,
+            env=dict(environ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError:
+        return  # this call is answered in process all the same
+
+
+def _timeout(environ: Mapping[str, str]) -> float:
+    try:
+        value = float(environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
+    except ValueError:
+        return DEFAULT_TIMEOUT
+    return value if 0 < value <= 600 else DEFAULT_TIMEOUT
+
+
+def in_process(agent: str, db: str | None, raw: bytes) -> tuple[str | None, str, int]:
+    from devs.adapters.hook_runner import handle
+
+    return handle(agent, db, raw, os.environ)
+
+
+def run(agent: str, db: str | None) -> int:
+    """Answer one hook event from stdin; the exit code."""
+    raw = sys.stdin.buffer.read(EVENT_MAX + 1)
+    answered = None
+    folder = socket_folder(os.environ) if server_wanted(os.environ) else None
+    if folder is not None:
+        path = folder / f"hook-{server_key(db, os.environ)}.sock"
+        header = {
+            "agent": agent,
+            "environ": call_environ(os.environ),
+            "cwd": os.getcwd(),
+        }
+        try:
+            reply = ask(path, frame(header, raw), _timeout(os.environ) + 2.0)
+        except Unreachable:
+            start_server(path, db, os.environ)
+        except (OSError, ValueError) as error:
+            sys.stderr.write(
+                f"devs hook: error: the hook server did not answer ({error})\n"
+            )
+            return 1
+        else:
+            text, errors, code = (
+                reply.get("stdout"),
+                reply.get("stderr"),
+                reply.get("code"),
+            )
+            answered = (
+                text if isinstance(text, str) else None,
+                errors if isinstance(errors, str) else "",
+                code if isinstance(code, int) else 1,
+            )
+    if answered is None:
+        answered = in_process(agent, db, raw)
+    text, errors, code = answered
+    if errors:
+        sys.stderr.write(errors)
+    if text is not None:
+        sys.stdout.write(text + "\n")
+    return code

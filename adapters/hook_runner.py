@@ -1,0 +1,215 @@
+"""One hook event answered: :func:`respond` (the event, the agent's dialect,
+the service) and :func:`handle` (the same from ``devs hook``'s arguments and
+environment, opening the store itself). Used in process by ``devs hook``, and
+by the hook server (:mod:`devs.adapters.hook_server`) that answers the
+installed hooks without a process start's imports."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shlex
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import NoReturn
+
+import orjson
+
+from devs.adapters.hook_dialects import DIALECTS, Dialect
+from devs.adapters.hooks import (
+    Answer,
+    Breaker,
+    HookSettings,
+    HookState,
+    Seen,
+    place_of,
+    store_identity,
+    task_base,
+)
+from devs.domain import DevsError
+from devs.domain.redaction import redact
+from devs.domain.service import RecoveryApi
+
+EVENT_MAX = 64 * 1024 * 1024
+"""The largest hook event read from stdin (a tool's whole output is in it)."""
+
+
+class HookTimeout(Exception):
+    """The hook took longer than ``DEVS_HOOK_TIMEOUT``."""
+
+
+def _alarm(signum: int, frame: FrameType | None) -> NoReturn:
+    raise HookTimeout
+
+
+def _say(line: str) -> None:
+    flat = " ".join(redact(line).split())[:2_000]
+    sys.stderr.write(f"devs hook: {flat}\n")
+
+
+def respond(
+    dialect: Dialect,
+    raw: bytes,
+    environ: Mapping[str, str],
+    open_local: Callable[[], RecoveryApi],
+    store: str,
+    cli: str = "devs",
+    cwd: str | None = None,
+) -> tuple[str | None, int]:
+    """The answer to one hook event (stdout text and exit code). Every
+    failure is one line on stderr and exit code 1, which the agents read as
+    a hook that failed without blocking; but a tool call is still refused
+    when the task was last seen stopped. ``cwd``: where the agent runs, when
+    the event does not say (default: this process's)."""
+    if len(raw) > EVENT_MAX:
+        _say(f"error: the hook event is larger than {EVENT_MAX} bytes")
+        return None, 1
+    try:
+        event = orjson.loads(raw)
+        if not isinstance(event, dict):
+            msg = "the hook event must be a JSON object"
+            raise ValueError(msg)
+        seen = dialect.read(event)
+    except (orjson.JSONDecodeError, ValueError, DevsError) as error:
+        _say(f"error: malformed hook event: {error}")
+        return None, 1
+    state: HookState | None = None
+    try:
+        settings = HookSettings.from_environ(environ)
+        here = seen.cwd if seen.cwd and os.path.isdir(seen.cwd) else None
+        folder = here or cwd or os.getcwd()
+        place = place_of(folder) if settings.task_id is None else None
+        base = settings.task_id or task_base(place)  # type: ignore[arg-type]
+        state = HookState(
+            settings.state_dir,
+            store_identity(settings.url, environ) if settings.url else store,
+            base,
+        )
+        opener = open_local
+        if settings.url is not None:
+            cli = f"devs (on the machine of {settings.url}, or its HTTP API)"
+            url, token = settings.url, settings.token
+
+            def opener() -> RecoveryApi:
+                from devs.adapters.client import HttpRecoveryClient
+
+                return HttpRecoveryClient(url, token=token, timeout=settings.timeout)
+
+        breaker = Breaker(
+            opener,
+            agent=dialect.agent,
+            base=base,
+            explicit=settings.task_id is not None,
+            state=state,
+            gate_pattern=settings.gate_pattern,
+            place=place,
+            cli=cli,
+        )
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, settings.timeout)
+        try:
+            answer = breaker.handle(seen)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    except Exception as error:  # every failure: said, never a traceback
+        return _failed(dialect, seen, state, error)
+    return dialect.write(seen, answer)
+
+
+def _failed(
+    dialect: Dialect, seen: Seen, state: HookState | None, error: BaseException
+) -> tuple[str | None, int]:
+    if isinstance(error, HookTimeout):
+        what = "no answer from the store within DEVS_HOOK_TIMEOUT"
+    elif isinstance(error, DevsError):
+        what = str(error)
+    else:
+        what = f"{type(error).__name__}: {error}"
+    known = state.peek().stopped if state is not None else None
+    if known and seen.kind == "pre_tool":
+        _say(f"warning: {what}; the task was last seen stopped, so the tool is refused")
+        return dialect.write(seen, Answer(deny=known))
+    _say(f"error: {what}")
+    return None, 1
+
+
+class Store:
+    """The store ``devs --db DB hook`` opens: from ``db`` (``--db``) and the
+    environment, opened at its first use and kept (the hook server answers
+    every call with one)."""
+
+    def __init__(self, db: str | None, environ: Mapping[str, str]) -> None:
+        from devs.adapters.config import DEFAULT_DB, Settings
+
+        # --db takes DEVS_DB's place, as everywhere.
+        self.settings = Settings.from_environ(
+            {**environ, "DEVS_DB": db} if db else environ
+        )
+        url = self.settings.database_url
+        if url is not None:
+            self.identity = f"pg:{url.get_secret_value()}"
+        else:
+            self.identity = f"sqlite:{os.path.abspath(self.settings.db)}"
+        self.cli = "devs"
+        if url is None and self.settings.db != DEFAULT_DB:
+            self.cli = f"devs --db {shlex.quote(self.settings.db)}"
+        self._service: RecoveryApi | None = None
+
+    def open(self) -> RecoveryApi:
+        if self._service is None:
+            from devs.adapters.config import open_service
+
+            self._service = open_service(self.settings)
+        return self._service
+
+    def close(self) -> None:
+        close = getattr(self._service, "close", None)
+        if close is not None:
+            close()
+        self._service = None
+
+
+def handle(
+    agent: str,
+    db: str | None,
+    raw: bytes,
+    environ: Mapping[str, str],
+    *,
+    store: Store | None = None,
+    cwd: str | None = None,
+) -> tuple[str | None, str, int]:
+    """``devs [--db DB] hook AGENT`` for one event: the text for stdout (or
+    ``None``), what it said on stderr, and the exit code."""
+    errors = io.StringIO()
+    with contextlib.redirect_stderr(errors):
+        dialect = DIALECTS.get(agent)
+        if dialect is None:
+            _say(
+                f"error: unknown agent {agent!r}: one of {', '.join(sorted(DIALECTS))}"
+            )
+            return None, errors.getvalue(), 1
+        opened = None
+        try:
+            if store is None:
+                store = opened = Store(db, environ)
+        except DevsError as error:
+            _say(f"error: {error}")
+            return None, errors.getvalue(), 1
+        try:
+            text, code = respond(
+                dialect,
+                raw,
+                environ,
+                store.open,
+                store.identity,
+                cli=store.cli,
+                cwd=cwd,
+            )
+        finally:
+            if opened is not None:
+                opened.close()
+    return text, errors.getvalue(), code
