@@ -178,6 +178,7 @@ def run(agent: str, db: str | None) -> int:
     """Answer one hook event from stdin; the exit code."""
     raw = sys.stdin.buffer.read(EVENT_MAX + 1)
     answered = None
+    start: Path | None = None
     folder = socket_folder(os.environ) if server_wanted(os.environ) else None
     if folder is not None:
         path = folder / f"hook-{server_key(db, os.environ)}.sock"
@@ -189,7 +190,7 @@ def run(agent: str, db: str | None) -> int:
         try:
             reply = ask(path, frame(header, raw), _timeout(os.environ) + 2.0)
         except Unreachable:
-            start_server(path, db, os.environ)
+            start = path
         except (OSError, ValueError) as error:
             sys.stderr.write(
                 f"devs hook: error: the hook server did not answer ({error})\n"
@@ -213,4 +214,9 @@ def run(agent: str, db: str | None) -> int:
         sys.stderr.write(errors)
     if text is not None:
         sys.stdout.write(text + "\n")
+    if start is not None:
+        # Once this call is answered: the server's imports do not compete
+        # with this one's for the CPU.
+        sys.stdout.flush()
+        start_server(start, db, os.environ)
     return code

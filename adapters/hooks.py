@@ -49,7 +49,7 @@ import orjson
 
 from devs.domain.chart import FINISHED, WAITING, TaskState
 from devs.domain.decisions import Outcome, TaskSummary
-from devs.domain.errors import AlreadyExists, InvalidInput, UnknownTask
+from devs.domain.errors import AlreadyExists, InvalidInput, NotFound
 from devs.domain.names import SessionReason
 from devs.domain.redaction import redact
 from devs.domain.service import RecoveryApi
@@ -89,6 +89,9 @@ COMMAND_TEXT_MAX = 200
 PENDING_MAX = 50
 """How many changes since the last gate the state file keeps (the latest)."""
 ERROR_LINE_MAX = 300
+DIRECTIVE_SHOWN = 6_000
+"""How much of the blacklist directive a refusal quotes (Claude Code cuts a
+hook's strings at 10,000 characters; the stop reason follows it)."""
 
 _EXIT_CODE = re.compile(
     r"(?:exit code|exit status|exited with (?:non-zero )?(?:status )?code"
@@ -573,7 +576,7 @@ class Breaker:
             task_id = generation_id(self.base, generation)
             try:
                 summary = self.api.task(task_id)
-            except UnknownTask:
+            except NotFound:  # UnknownTask, in process and over HTTP
                 if generation > 1 and self._known(self.base) is None:
                     # Remembered but unknown here (another store, or the file
                     # outlived its database): look from the start again.
@@ -594,7 +597,7 @@ class Breaker:
     def _known(self, task_id: str) -> TaskSummary | None:
         try:
             return self.api.task(task_id)
-        except UnknownTask:
+        except NotFound:
             return None
 
     def _started(self, record: HookRecord) -> TaskSummary:
@@ -667,11 +670,14 @@ class Breaker:
         after = self.api.task(summary.task_id)
         self._remember(record, after)
         record.changes = []
+        directive = decision.directive
+        if len(directive) > DIRECTIVE_SHOWN:  # the agents cap a reason at 10,000
+            directive = directive[:DIRECTIVE_SHOWN] + "\n[...]"
         reason = "\n".join(
             part
             for part in (
                 "This strategy already failed and must not be tried again.",
-                decision.directive,
+                directive,
                 record.stopped,
             )
             if part

@@ -245,3 +245,38 @@ def test_install_twice_status_and_uninstall_through_the_cli(
     assert "removed" in removed.stdout
     shown = json.loads(devs("hooks", "status", "--dir", str(project), "--json").stdout)
     assert not any(s["installed"] for s in shown)
+
+
+def test_the_hooks_ask_a_teams_devs_serve_when_devs_url_is_set(tmp_path: Path) -> None:
+    """DEVS_URL and DEVS_API_TOKEN in the agent's environment: the count, the
+    stop and the answer live on the server; nothing is written locally."""
+    from tests.e2e.test_serve import TOKEN, Server
+
+    served = Server(tmp_path / "server.sqlite")
+    try:
+        agent = ScriptedAgent(tmp_path)
+        agent.env["DEVS_URL"] = served.url
+        agent.env["DEVS_API_TOKEN"] = TOKEN
+        assert agent.start() is None
+        halted = None
+        for fix in WRONG_FIXES[:3]:
+            agent.write(fix)
+            _, halted = agent.run_tests()
+        assert halted is not None
+        assert halted["continue"] is False
+        assert served.url in halted["stopReason"]
+        task = re.search(r"stopped task (\S+):", halted["stopReason"])
+        assert task is not None
+        shown = served.client.get(f"/tasks/{task.group(1)}").json()
+        assert shown["state"] == "ESCALATION"
+        assert shown["agent"] == "claude-code"
+        denied = agent.before("Bash", {"command": "ls"})
+        assert denied["hookSpecificOutput"]["permissionDecision"] == "deny"
+        answer = served.client.post(
+            f"/tasks/{task.group(1)}/resume", json={"actor": "ann", "reason": "go"}
+        )
+        assert answer.status_code == 200, answer.text
+        assert agent.before("Bash", {"command": "ls"}) is None
+        assert not (tmp_path / "state" / "devs" / "devs_state.sqlite").exists()
+    finally:
+        served.stop()
