@@ -91,11 +91,14 @@ def server_key(db: str | None, environ: Mapping[str, str]) -> str:
     settings = {k: v for k, v in call_environ(environ).items() if k != "DEVS_TASK_ID"}
     described = json.dumps(
         {
-            "db": os.path.abspath(db) if db else None,
+            # the SQLite file, absolute: a relative one is another file in
+            # another folder
+            "db": os.path.abspath(
+                db or environ.get("DEVS_DB", "").strip() or "devs_state.sqlite"
+            ),
             "env": settings,
             "python": sys.executable,
             "code": stamps,
-            "cwd": os.getcwd() if not db and "DEVS_DB" not in environ else None,
         },
         sort_keys=True,
     )
@@ -168,6 +171,16 @@ def _timeout(environ: Mapping[str, str]) -> float:
     return value if 0 < value <= 600 else DEFAULT_TIMEOUT
 
 
+def refused_if_stopped(
+    agent: str, db: str | None, raw: bytes, error: str
+) -> tuple[str | None, str, int]:
+    from devs.adapters.hook_runner import refusal
+
+    return refusal(
+        agent, db, raw, os.environ, f"the hook server did not answer ({error})"
+    )
+
+
 def in_process(agent: str, db: str | None, raw: bytes) -> tuple[str | None, str, int]:
     from devs.adapters.hook_runner import handle
 
@@ -192,10 +205,9 @@ def run(agent: str, db: str | None) -> int:
         except Unreachable:
             start = path
         except (OSError, ValueError) as error:
-            sys.stderr.write(
-                f"devs hook: error: the hook server did not answer ({error})\n"
-            )
-            return 1
+            # It took the event: never answered twice. But a tool is still
+            # refused when the task was last seen stopped.
+            answered = refused_if_stopped(agent, db, raw, str(error))
         else:
             text, errors, code = (
                 reply.get("stdout"),

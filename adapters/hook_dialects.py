@@ -94,6 +94,15 @@ class ClaudeCode:
         elif failed:
             output = _text(event.get("error"))
             exit_code = exit_code_in(output)
+        # A run in the background answers at once, before its tests ran; an
+        # interrupted one (Esc) did not end on its own: neither is judged.
+        response = _mapping(event, "tool_response")
+        unjudged = command is not None and (
+            tool_input.get("run_in_background") is True
+            or response.get("interrupted") is True
+            or bool(response.get("backgroundTaskId"))
+            or event.get("is_interrupt") is True
+        )
         return Seen(
             kind=kind,
             name=name,
@@ -104,6 +113,7 @@ class ClaudeCode:
             failed=failed,
             output=output,
             stop_hook_active=event.get("stop_hook_active") is True,
+            unjudged=unjudged and kind in ("post_tool", "post_tool_failure"),
         )
 
     def command(self, tool: Any, tool_input: Mapping[str, Any]) -> str | None:
@@ -177,7 +187,7 @@ EXIT_CODE_LINE = re.compile(
 """The exit code some Codex versions write at the head of a command's output."""
 
 FAILED_SUMMARY = re.compile(
-    r"\b\d+ (?:failed|errors?)\b"  # pytest
+    r"\b[1-9]\d* (?:failed|errors?)\b"  # pytest
     r"|^test result: FAILED"  # cargo test
     r"|^(?:FAIL|--- FAIL)\b"  # go test
     r"|^Tests:\s{1,8}\d+ failed"  # jest

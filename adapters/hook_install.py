@@ -114,7 +114,11 @@ OPENHANDS = Layout(
     events=(
         ("session_start", None),
         ("pre_tool_use", "*"),
-        ("post_tool_use", "terminal|file_editor|str_replace_editor"),
+        (
+            "post_tool_use",
+            "terminal|execute_bash|bash|file_editor|str_replace_editor"
+            "|planning_file_editor",
+        ),
         ("stop", None),
     ),
     wrapped=False,
@@ -217,7 +221,9 @@ def _is_own(hook: Any, agent: str) -> bool:
 
 
 def install(layout: Layout, path: Path, command: str) -> bool:
-    """Write the breaker's entries into ``path``; whether the file changed."""
+    """Write the breaker's entries into ``path``; whether the file changed.
+    A link (a dotfiles repository's) is followed: its target is written."""
+    path = path.resolve()
     data = _load(path)
     before = orjson.dumps(data)
     hooks = layout.container(data)
@@ -239,6 +245,7 @@ def install(layout: Layout, path: Path, command: str) -> bool:
 
 def uninstall(layout: Layout, path: Path) -> bool:
     """Remove the breaker's entries from ``path``; whether the file changed."""
+    path = path.resolve()
     if not path.exists():
         return False
     data = _load(path)

@@ -37,6 +37,9 @@ EVENT_MAX = 64 * 1024 * 1024
 """The largest hook event read from stdin (a tool's whole output is in it)."""
 
 
+REFUSED = "the task was last seen stopped, so the tool is refused"
+
+
 class HookTimeout(Exception):
     """The hook took longer than ``DEVS_HOOK_TIMEOUT``."""
 
@@ -77,20 +80,17 @@ def respond(
         _say(f"error: malformed hook event: {error}")
         return None, 1
     state: HookState | None = None
+    previous = None
     try:
         settings = HookSettings.from_environ(environ)
-        here = seen.cwd if seen.cwd and os.path.isdir(seen.cwd) else None
-        folder = here or cwd or os.getcwd()
-        place = place_of(folder) if settings.task_id is None else None
-        base = settings.task_id or task_base(place)  # type: ignore[arg-type]
-        state = HookState(
-            settings.state_dir,
-            store_identity(settings.url, environ) if settings.url else store,
-            base,
-        )
+        # The timer covers everything below: git, the store, the server.
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, settings.timeout)
+        state = state_of(seen, settings, environ, store, cwd)
+        place = place_of(_folder(seen, cwd))
         opener = open_local
         if settings.url is not None:
-            cli = f"devs (on the machine of {settings.url}, or its HTTP API)"
+            cli = f"devs (on the machine of {redact(settings.url)}, or its HTTP API)"
             url, token = settings.url, settings.token
 
             def opener() -> RecoveryApi:
@@ -101,23 +101,67 @@ def respond(
         breaker = Breaker(
             opener,
             agent=dialect.agent,
-            base=base,
+            base=state.base,
             explicit=settings.task_id is not None,
             state=state,
             gate_pattern=settings.gate_pattern,
             place=place,
             cli=cli,
         )
-        previous = signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, settings.timeout)
-        try:
-            answer = breaker.handle(seen)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+        answer = breaker.handle(seen)
     except Exception as error:  # every failure: said, never a traceback
         return _failed(dialect, seen, state, error)
+    finally:
+        if previous is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
     return dialect.write(seen, answer)
+
+
+def _folder(seen: Seen, cwd: str | None) -> str:
+    here = seen.cwd if seen.cwd and os.path.isdir(seen.cwd) else None
+    return here or cwd or os.getcwd()
+
+
+def state_of(
+    seen: Seen,
+    settings: HookSettings,
+    environ: Mapping[str, str],
+    store: str,
+    cwd: str | None,
+) -> HookState:
+    """The state file of the event's task series."""
+    base = settings.task_id or task_base(place_of(_folder(seen, cwd)))
+    identity = store_identity(settings.url, environ) if settings.url else store
+    return HookState(settings.state_dir, identity, base)
+
+
+def refusal(
+    agent: str,
+    db: str | None,
+    raw: bytes,
+    environ: Mapping[str, str],
+    error: str,
+) -> tuple[str | None, str, int]:
+    """When a call could not be answered (``error``): a tool call is still
+    refused if its task was last seen stopped; anything else is the error,
+    one line, exit 1. Reads only the state file."""
+    errors = io.StringIO()
+    with contextlib.redirect_stderr(errors):
+        try:
+            dialect = DIALECTS[agent]
+            seen = dialect.read(orjson.loads(raw))
+            settings = HookSettings.from_environ(environ)
+            state = state_of(seen, settings, environ, Store(db, environ).identity, None)
+            known = state.peek().stopped if seen.kind == "pre_tool" else None
+        except Exception:  # unreadable: nothing known
+            known = None
+        if known:
+            _say(f"warning: {error}; {REFUSED}")
+            text, code = dialect.write(seen, Answer(deny=known))
+            return text, errors.getvalue(), code
+        _say(f"error: {error}")
+    return None, errors.getvalue(), 1
 
 
 def _failed(
@@ -131,7 +175,7 @@ def _failed(
         what = f"{type(error).__name__}: {error}"
     known = state.peek().stopped if state is not None else None
     if known and seen.kind == "pre_tool":
-        _say(f"warning: {what}; the task was last seen stopped, so the tool is refused")
+        _say(f"warning: {what}; {REFUSED}")
         return dialect.write(seen, Answer(deny=known))
     _say(f"error: {what}")
     return None, 1

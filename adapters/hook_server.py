@@ -71,8 +71,8 @@ def read_request(connection: socket.socket) -> tuple[dict[str, Any], bytes]:
     return header, _exactly(connection, size)
 
 
-class Stop(Exception):
-    pass
+class Stop(BaseException):
+    """SIGTERM: not an error a call would catch and say."""
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
@@ -121,17 +121,34 @@ def serve(path: Path, db: str | None) -> None:
             try:
                 connection, _ = listening.accept()
             except TimeoutError:
-                return  # idle: the next call starts another
+                break  # idle: the next call starts another
+            with connection:
+                answer_one(connection, store)
+        # Gone from the folder first, so that no new call comes; then the
+        # calls that connected meanwhile are answered, not dropped.
+        _unlink(path, inode)
+        listening.setblocking(False)
+        while True:
+            try:
+                connection, _ = listening.accept()
+            except (BlockingIOError, InterruptedError):
+                break
+            connection.setblocking(True)
             with connection:
                 answer_one(connection, store)
     except (Stop, KeyboardInterrupt):
         return
     finally:
         listening.close()
-        with contextlib.suppress(OSError):
-            if os.stat(path).st_ino == inode:
-                os.unlink(path)
+        _unlink(path, inode)
         store.close()
+
+
+def _unlink(path: Path, inode: int) -> None:
+    """Remove the socket, if it is still this server's."""
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_ino == inode:
+            os.unlink(path)
 
 
 def answer_one(connection: socket.socket, store: Store) -> None:

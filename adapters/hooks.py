@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 import orjson
 
-from devs.domain.chart import FINISHED, WAITING, TaskState
+from devs.domain.chart import FINISHED, WAITING, WORKING, TaskState
 from devs.domain.decisions import Outcome, TaskSummary
 from devs.domain.errors import AlreadyExists, InvalidInput, NotFound
 from devs.domain.names import SessionReason
@@ -359,6 +359,7 @@ class HookState:
     gate, and the series' generation is found again in the log."""
 
     def __init__(self, directory: Path, store: str, base: str) -> None:
+        self.base = base
         key = hashlib.sha256(f"{store}\0{base}".encode()).hexdigest()[:32]
         self.directory = directory
         self.path = directory / f"{key}.json"
@@ -406,11 +407,15 @@ def _bounded(text: str, limit: int) -> str:
 
 
 def edit_change(path: str, new_text: str) -> str:
-    return f"edit {path}: {_bounded(new_text, EDIT_TEXT_MAX)}"
+    # Redacted before it is cut: a secret across the cut would be kept in
+    # part, too short to be recognised.
+    kept = redact(new_text[: 2 * EDIT_TEXT_MAX])
+    return f"edit {_one_line(path, 500)}: {_bounded(kept, EDIT_TEXT_MAX)}"
 
 
 def _one_line(text: str, limit: int) -> str:
-    return _bounded(" ".join(text[: 4 * limit].split()), limit)
+    """``text`` redacted, on one line, cut to ``limit`` (redacted first)."""
+    return _bounded(" ".join(redact(text[: 4 * limit]).split()), limit)
 
 
 def command_change(command: str) -> str:
@@ -453,10 +458,11 @@ def error_line(output: str, exit_code: int | None) -> str:
     return _one_line(first, ERROR_LINE_MAX - 1).replace(" [...]", "…")
 
 
-_BANNER = re.compile(r"[=_*#~-]{3}")
+_BANNER = re.compile(r"[=_*#~-]{3}(?!-? (?:FAIL|PASS)\b)")
+"""A line of ``===``/``---``… (not go test's ``--- FAIL: TestX``)."""
 _PREFERENCES = (
     re.compile(r"^E\s"),
-    re.compile(r"^(?:FAILED|ERROR|FAIL)\b"),
+    re.compile(r"^(?:FAILED|ERROR|FAIL|--- FAIL)\b"),
     re.compile(
         r"^(?:\w{0,60}(?:Error|Exception)\b|error(?:\[\w{1,10}\])?:|panic:|npm ERR!)"
     ),
@@ -773,8 +779,8 @@ class Breaker:
         self._remember(record, summary)
         if summary is None or seen.stop_hook_active:
             return NOTHING
-        if summary.state is not TaskState.GATE_FAILED:
-            return NOTHING
+        if summary.state not in WORKING or summary.consecutive_failures == 0:
+            return NOTHING  # stopped, finished, or no failure since a pass
         mark = f"{summary.task_id}@{summary.version}"
         if record.stop_blocked == mark:
             return NOTHING  # refused once for this failing gate already

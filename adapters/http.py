@@ -1265,7 +1265,13 @@ class McpEndpoint:
         from devs.adapters.mcp import build_server
 
         served = self.served
-        server = build_server(lambda: served.service, commands=served.writer.run)
+        # Without a token, anyone on this machine may call it: no run_gate
+        # (it runs the caller's command).
+        server = build_server(
+            lambda: served.service,
+            commands=served.writer.run,
+            run_gates=self.guarded,
+        )
         security = (
             TransportSecuritySettings(enable_dns_rebinding_protection=False)
             if self.guarded

@@ -36,6 +36,7 @@ from devs.domain import (
     RecoveryService,
     TaskSummary,
 )
+from devs.domain.redaction import redact
 from devs.domain.values import (
     AgentName,
     CommitId,
@@ -113,11 +114,14 @@ def build_server(
     commands: Runner | None = None,
     workdir: Path | None = None,
     name: str = "devs-recovery",
+    run_gates: bool = True,
 ) -> MCPServer:
     """The MCP server over the service ``service()`` returns (looked up at
     each call: ``devs serve`` opens its service when the app starts).
     ``commands`` runs the commands (default: a thread); ``workdir`` is where
-    ``run_gate`` runs its command (default: the current directory)."""
+    ``run_gate`` runs its command (default: the current directory);
+    ``run_gates=False`` leaves ``run_gate`` out (a server anyone may call
+    must not run their commands)."""
     # MCPServer() configures the root logger (logging.basicConfig with a
     # rich handler) when it has no handler: the host's logging is left as
     # it was (`devs serve` and `devs mcp` set up their own).
@@ -180,8 +184,6 @@ def build_server(
         )
         return value
 
-    @server.tool(name="run_gate")
-    @_tool_errors
     async def run_gate_tool(
         task_id: TaskId,
         command: Command,
@@ -193,33 +195,38 @@ def build_server(
         """Run the test command (an argv list, e.g. ["pytest", "-q"]) sandboxed
         in the server's working directory, and record its result."""
         where = workdir or Path.cwd()
-
-        def gate() -> GateRunResult:
-            referee = service()
-            referee.require_gate_allowed(task_id)
-            try:
-                result = run_gate(command, cwd=where, timeout=timeout)
-            except IsolationUnavailable as error:  # pragma: no cover - "auto"
-                raise InvalidInput(str(error), field="command") from None
-            decision = referee.record_gate(
+        # The task is checked and the result recorded as commands; the
+        # command itself runs in a thread of its own, never holding the
+        # writer (a 10-minute test suite would hold every other command).
+        await run(lambda: service().require_gate_allowed(task_id))
+        try:
+            result = await anyio.to_thread.run_sync(
+                lambda: run_gate(command, cwd=where, timeout=timeout)
+            )
+        except IsolationUnavailable as error:  # pragma: no cover - "auto"
+            raise InvalidInput(str(error), field="command") from None
+        gate = redact(" ".join(command)[:2_000])[:190]
+        decision: GateDecision = await run(
+            lambda: service().record_gate(
                 task_id,
                 result.exit_code,
-                gate=" ".join(command)[:190],
+                gate=gate,
                 strategy=strategy,
                 error=result.error_line,
                 output=result.output,
             )
-            return GateRunResult(
-                exit_code=result.exit_code,
-                timed_out=result.timed_out,
-                duration_seconds=round(result.duration_seconds, 3),
-                isolation=result.isolation,
-                output_tail=decision_tail(result.output),
-                decision=decision,
-            )
+        )
+        return GateRunResult(
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            duration_seconds=round(result.duration_seconds, 3),
+            isolation=result.isolation,
+            output_tail=decision_tail(result.output),
+            decision=decision,
+        )
 
-        value: GateRunResult = await run(gate)
-        return value
+    if run_gates:
+        server.tool(name="run_gate")(_tool_errors(run_gate_tool))
 
     @server.tool()
     @_tool_errors
@@ -264,6 +271,4 @@ OUTPUT_TAIL = 4_000
 
 def decision_tail(output: str) -> str:
     """The end of a gate's output, redacted, for the agent to read."""
-    from devs.domain.redaction import redact
-
     return redact(output[-OUTPUT_TAIL * 4 :])[-OUTPUT_TAIL:]

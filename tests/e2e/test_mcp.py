@@ -184,3 +184,17 @@ def test_mcp_over_http_needs_the_token(served: Server) -> None:
     )
     assert answer.status_code == 401
     assert answer.json()["error"] == "unauthorized"
+
+
+def test_a_server_without_a_token_runs_no_ones_commands(tmp_path: Path) -> None:
+    """Without a token anyone on the machine may call /mcp: no run_gate."""
+
+    async def tools() -> set[str]:
+        async with http(running.url, None)() as session:
+            return {tool.name for tool in (await session.list_tools()).tools}
+
+    running = Server(tmp_path / "state.sqlite", token=None)
+    try:
+        assert anyio.run(tools) == TOOLS - {"run_gate"}
+    finally:
+        running.stop()

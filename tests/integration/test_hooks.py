@@ -261,8 +261,70 @@ def test_devs_task_id_names_the_task(tmp_path: Path) -> None:
     agent = Agent("claude-code", tmp_path, DEVS_TASK_ID="ticket-42")
     agent.start()
     agent.failed("cargo test", "Exit code 101\ntest result: FAILED")
-    assert agent.service.task("ticket-42").failure_history[-1].exit_code == 101
+    task = agent.service.task("ticket-42")
+    assert task.failure_history[-1].exit_code == 101
+    assert task.last_commit is not None  # the commit at HEAD all the same
     agent.service.close()
+
+
+def test_a_run_in_the_background_or_interrupted_is_not_judged(claude: Agent) -> None:
+    """Claude Code answers a background run at once (its tests have not run)
+    and an interrupted one did not end on its own: neither passes nor fails."""
+    claude.start()
+    claude.edit("a.py", "x = 1")
+    event = fixture("claude-code", "PostToolUse-Write")
+    event["tool_name"] = "Bash"
+    event["tool_input"] = {"command": "pytest", "run_in_background": True}
+    event["tool_response"] = {"stdout": "", "stderr": "", "interrupted": False}
+    assert claude.send(event) == (None, 0)
+    interrupted = fixture("claude-code", "PostToolUseFailure-Bash")
+    interrupted["tool_input"] = {"command": "pytest"}
+    interrupted["is_interrupt"] = True
+    assert claude.send(interrupted) == (None, 0)
+    task = claude.service.task(claude.task_id)
+    assert task.state is TaskState.RUNNING
+    assert task.failure_history == ()
+    assert claude.service.history(claude.task_id)[-1].event == "Started"
+
+
+def test_stop_is_refused_after_a_resume_while_the_gate_is_still_red(
+    claude: Agent,
+) -> None:
+    claude.start()
+    for n in range(1, 4):
+        claude.edit(f"calc{n}.py", TRIES[n])
+        claude.failed("pytest", red(n))
+    assert claude.stop() == (None, 0)  # stopped: the stop reason said it all
+    claude.service.resume(claude.task_id, actor="alice", reason="one more go")
+    body, _ = claude.stop()
+    assert body["decision"] == "block"
+
+
+def test_a_call_no_one_answered_still_refuses_a_stopped_tasks_tools(
+    claude: Agent, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from devs.adapters.hook_runner import refusal
+
+    claude.start()
+    for n in range(1, 4):
+        claude.edit(f"calc{n}.py", TRIES[n])
+        claude.failed("pytest", red(n))
+    event = fixture("claude-code", "PreToolUse-Bash")
+    event["cwd"] = str(claude.repo)
+    text, errors, code = refusal(
+        "claude-code", str(claude.db), orjson.dumps(event), claude.environ, "timed out"
+    )
+    assert code == 0
+    assert (
+        orjson.loads(text or "")["hookSpecificOutput"]["permissionDecision"] == "deny"
+    )
+    assert "timed out" in errors
+    # Not a tool call, or not stopped: the error alone.
+    stop = fixture("claude-code", "Stop")
+    stop["cwd"] = str(claude.repo)
+    assert refusal(
+        "claude-code", str(claude.db), orjson.dumps(stop), claude.environ, "timed out"
+    )[::2] == (None, 1)
 
 
 def test_secrets_in_commands_and_outputs_are_not_stored(claude: Agent) -> None:
@@ -379,6 +441,7 @@ def test_codex_reads_the_result_from_the_output_and_answers_only_what_it_reads(
         ("Tests:       1 failed, 4 passed, 5 total", (True, None)),
         ("make: *** [Makefile:3: test] Error 1", (True, None)),
         ("BYE\n", None),
+        ("svelte-check found 0 errors\n==== 12 passed in 1s ====", (False, 0)),
     ],
 )
 def test_codex_gate_results_are_read_from_the_output(

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from devs.adapters.hook_client import server_key
 from devs.adapters.hook_install import (
     CLAUDE_CODE,
     CODEX,
@@ -29,6 +30,8 @@ from devs.adapters.hooks import (
     HookRecord,
     HookSettings,
     Place,
+    command_change,
+    edit_change,
     error_line,
     exit_code_in,
     strategy_of,
@@ -132,6 +135,45 @@ def test_the_first_error_line_skips_the_exit_code_and_prefers_an_error() -> None
     assert error_line("\n\n", None) == "failed"
     long = "error " + "x" * 10_000
     assert len(error_line(long, 1)) == 300
+
+
+def test_go_tests_failure_line_is_not_taken_for_a_banner() -> None:
+    output = "=== RUN   TestAdd\n--- FAIL: TestAdd (0.00s)\n    add_test.go:5: 3\nFAIL"
+    assert error_line(output, 1) == "--- FAIL: TestAdd (0.00s)"
+
+
+def test_a_secret_across_a_cut_is_redacted_before_the_cut() -> None:
+    secret = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    for cut_at in range(980, 1_000):
+        text = edit_change("/x.py", "a" * cut_at + " token=" + secret)
+        assert "ghp_" not in text, cut_at
+    assert "ghp_" not in command_change("x" * 190 + " " + secret)
+    assert "ghp_" not in error_line("E " + "y" * 290 + " " + secret, 1)
+
+
+def test_install_follows_a_linked_settings_file(tmp_path: Path) -> None:
+    target = tmp_path / "dotfiles" / "settings.json"
+    target.parent.mkdir()
+    target.write_text('{"model": "opus"}')
+    link = tmp_path / "settings.json"
+    link.symlink_to(target)
+    install(CLAUDE_CODE, link, "devs hook claude-code")
+    assert link.is_symlink()
+    assert "hook claude-code" in target.read_text()
+
+
+def test_a_relative_devs_db_in_two_folders_is_two_servers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {"DEVS_DB": "state.sqlite"}
+    keys = set()
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        monkeypatch.chdir(tmp_path / name)
+        keys.add(server_key(None, env))
+    assert len(keys) == 2
+    monkeypatch.chdir(tmp_path)
+    assert server_key("/abs.sqlite", env) == server_key("/abs.sqlite", env)
 
 
 def test_a_strategy_is_the_changes_and_is_bounded() -> None:
