@@ -27,7 +27,8 @@ import stat
 import struct
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 SERVER_ENV = "DEVS_HOOK_SERVER"
@@ -181,14 +182,25 @@ def refused_if_stopped(
     )
 
 
-def in_process(agent: str, db: str | None, raw: bytes) -> tuple[str | None, str, int]:
-    from devs.adapters.hook_runner import handle
+def in_process(
+    agent: str,
+    db: str | None,
+    raw: bytes,
+    loading: Callable[[], AbstractContextManager[None]] = nullcontext,
+) -> tuple[str | None, str, int]:
+    with loading():
+        from devs.adapters.hook_runner import handle
 
     return handle(agent, db, raw, os.environ)
 
 
-def run(agent: str, db: str | None) -> int:
-    """Answer one hook event from stdin; the exit code."""
+def run(
+    agent: str,
+    db: str | None,
+    loading: Callable[[], AbstractContextManager[None]] = nullcontext,
+) -> int:
+    """Answer one hook event from stdin; the exit code. ``loading`` wraps
+    the imports of a call answered in process."""
     raw = sys.stdin.buffer.read(EVENT_MAX + 1)
     answered = None
     start: Path | None = None
@@ -220,7 +232,7 @@ def run(agent: str, db: str | None) -> int:
                 code if isinstance(code, int) else 1,
             )
     if answered is None:
-        answered = in_process(agent, db, raw)
+        answered = in_process(agent, db, raw, loading)
     text, errors, code = answered
     if errors:
         sys.stderr.write(errors)

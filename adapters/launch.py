@@ -8,8 +8,11 @@ command line is the click application, :func:`devs.adapters.cli.main`.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 AGENTS = ("claude-code", "codex", "openhands")
 
@@ -27,6 +30,23 @@ def hook_call(argv: list[str]) -> tuple[str, str | None] | None:
     return None
 
 
+@contextmanager
+def loading() -> Iterator[None]:
+    """Imports without the cyclic garbage collector, then the objects they
+    made moved out of its sight (``gc.freeze``): the CLI and the service make
+    some 50,000 objects that live as long as the process, and the collector
+    went through them over a hundred times while they loaded, and once more
+    at exit, freeing nothing (about 0.15 s of a command here)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 def main() -> None:
     call = hook_call(sys.argv[1:])
     if call is not None:
@@ -34,7 +54,8 @@ def main() -> None:
 
         if hook_client.server_wanted(os.environ):
             agent, db = call
-            sys.exit(hook_client.run(agent, db))
-    from devs.adapters.cli import main as cli_main
+            sys.exit(hook_client.run(agent, db, loading=loading))
+    with loading():
+        from devs.adapters.cli import main as cli_main
 
     cli_main()
