@@ -109,7 +109,7 @@ def main() -> None:
         "DEVS_HOOK_STATE_DIR": str(base / "hooks"),
         "DEVS_ESCALATION_THRESHOLD": "1000",
         "DEVS_HANDOFF_THRESHOLD": "1000",
-        "DEVS_HOOK_SERVER_IDLE": "60",
+        "DEVS_HOOK_SERVER_IDLE": "600",
     }
     for name in ("DEVS_URL", "DEVS_TASK_ID", "DEVS_DATABASE_URL", "DEVS_HOOK_SERVER"):
         env.pop(name, None)
@@ -146,7 +146,6 @@ def main() -> None:
         error="Exit code 1\n" + "E   assert 4 == 5\n" + "x" * 2_000 + "\n1 failed",
     )
     process(hook, start, env, repo)
-    wait_for_server(hook, plain, env, repo)
 
     figures: dict[str, list[float]] = {}
     figures["python -c pass"] = timed(
@@ -158,6 +157,7 @@ def main() -> None:
         ),
         args.calls,
     )
+    wait_for_server(hook, plain, env, repo)
     figures["hook: plain PreToolUse"] = timed(
         lambda: process(hook, plain, env, repo), args.calls
     )
