@@ -38,6 +38,8 @@ MAX_IDLE = 86_400.0
 TIMEOUT_ENV = "DEVS_HOOK_TIMEOUT"
 DEFAULT_TIMEOUT = 10.0
 EVENT_MAX = 64 * 1024 * 1024
+"""The largest hook event read from stdin (a tool's whole output is in it);
+the runner and the server read this one."""
 OFF = frozenset({"0", "off", "false", "no"})
 SHARED_ENV = ("HOME", "XDG_STATE_HOME", "PATH")
 """Variables besides ``DEVS_*`` that change what a hook call does (where the

@@ -18,6 +18,7 @@ from typing import NoReturn
 
 import orjson
 
+from devs.adapters.hook_client import EVENT_MAX
 from devs.adapters.hook_dialects import DIALECTS, Dialect
 from devs.adapters.hooks import (
     Answer,
@@ -26,16 +27,11 @@ from devs.adapters.hooks import (
     HookState,
     Seen,
     place_of,
-    store_identity,
     task_base,
 )
 from devs.domain import DevsError
 from devs.domain.redaction import redact
 from devs.domain.service import RecoveryApi
-
-EVENT_MAX = 64 * 1024 * 1024
-"""The largest hook event read from stdin (a tool's whole output is in it)."""
-
 
 REFUSED = "the task was last seen stopped, so the tool is refused"
 
@@ -132,7 +128,8 @@ def state_of(
 ) -> HookState:
     """The state file of the event's task series."""
     base = settings.task_id or task_base(place_of(_folder(seen, cwd)))
-    identity = store_identity(settings.url, environ) if settings.url else store
+    # A server's tasks are not the local store's: its URL names them.
+    identity = f"url:{settings.url}" if settings.url else store
     return HookState(settings.state_dir, identity, base)
 
 

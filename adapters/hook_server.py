@@ -28,11 +28,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from devs.adapters.hook_client import DEFAULT_IDLE, IDLE_ENV, MAX_IDLE
+from devs.adapters.hook_client import DEFAULT_IDLE, EVENT_MAX, IDLE_ENV, MAX_IDLE
 from devs.adapters.hook_runner import Store, handle
 
 HEADER_MAX = 1024 * 1024
-EVENT_MAX = 64 * 1024 * 1024
 
 
 def idle_seconds() -> float:

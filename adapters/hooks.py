@@ -796,16 +796,5 @@ class Breaker:
         )
 
 
-def store_identity(url: str | None, environ: Mapping[str, str]) -> str:
-    """What tells two stores apart in the state file's name (a hash of it
-    is all that is written)."""
-    if url:
-        return f"url:{url}"
-    if database := (environ.get("DEVS_DATABASE_URL") or "").strip():
-        return f"pg:{database}"
-    db = (environ.get("DEVS_DB") or "").strip() or "devs_state.sqlite"
-    return f"sqlite:{os.path.abspath(db)}"
-
-
 def answer_json(value: Mapping[str, Any]) -> str:
     return orjson.dumps(value).decode()

@@ -23,6 +23,7 @@ from devs.adapters.cli.base import (
     plain,
 )
 from devs.adapters.config import DB_ENV, DEFAULT_DB, MEMORY
+from devs.adapters.hook_client import EVENT_MAX
 from devs.adapters.hook_dialects import DIALECTS
 from devs.adapters.hook_install import (
     LAYOUTS,
@@ -33,7 +34,7 @@ from devs.adapters.hook_install import (
     status,
     uninstall,
 )
-from devs.adapters.hook_runner import EVENT_MAX, handle
+from devs.adapters.hook_runner import handle
 from devs.adapters.hooks import default_state_dir
 from devs.domain import DevsError, InvalidInput
 
