@@ -65,6 +65,7 @@ from devs.domain import (
     DevsError,
     EntropyDecision,
     FailureReport,
+    Forbidden,
     GateDecision,
     GateStatus,
     HandoffEntry,
@@ -88,6 +89,7 @@ from devs.domain import (
 from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import NO_WAIT, WouldWait
 from devs.domain.names import ResolutionValue
+from devs.domain.operators import TOKEN_PREFIX
 from devs.domain.redaction import redact
 from devs.domain.values import Limit, Position, TaskId, parse_time, validated
 
@@ -200,8 +202,17 @@ class LessonBody(Body):
     rca_summary: str
 
 
+ActorField = Field(
+    default=None,
+    description=(
+        "who acts: with an operator's token, that operator (may be left out; "
+        "another name is a 403); required otherwise"
+    ),
+)
+
+
 class ActionBody(Body):
-    actor: str
+    actor: str | None = ActorField
     reason: str = "(no reason given)"
 
 
@@ -210,7 +221,7 @@ class RewindBody(ActionBody):
 
 
 class ClaimBody(Body):
-    actor: str
+    actor: str | None = ActorField
 
 
 class ResolveBody(ActionBody):
@@ -276,7 +287,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": description}
     for status, description in (
         (400, "malformed JSON"),
-        (401, "missing or wrong API token"),
+        (401, "missing or wrong API token, or an unknown operator token"),
+        (
+            403,
+            "a human action without an operator's token once operators "
+            "exist, or an actor other than the operator",
+        ),
         (404, "unknown task or run"),
         (409, "illegal transition, already exists, or lost conflict"),
         (415, "a body not sent as JSON (Content-Type: application/json)"),
@@ -292,23 +308,51 @@ DOCS_ASSETS = "/static-offline-docs/"
 """Swagger UI's and ReDoc's scripts, served from the package: no CDN."""
 
 
+CONSOLE_PREFIX = "/console"
+"""The web console's pages (:mod:`devs.adapters.console`): signed in with an
+operator's token, kept by a session cookie; never the bearer token."""
+
+
 def _open(path: str) -> bool:
-    """Paths served without the token: liveness and the API's documentation
+    """Paths served without the token: liveness, the API's documentation
     (a browser cannot send the token for a page's scripts; Swagger UI's
-    "Authorize" sends it with each call it makes)."""
-    return path == "/healthz" or path in DOCS_PATHS or path.startswith(DOCS_ASSETS)
+    "Authorize" sends it with each call it makes) and the console, whose
+    pages check their own session cookie."""
+    return (
+        path == "/healthz"
+        or path in DOCS_PATHS
+        or path.startswith(DOCS_ASSETS)
+        or path == CONSOLE_PREFIX
+        or path.startswith(CONSOLE_PREFIX + "/")
+    )
 
 
-class BearerToken:
-    """Every request but ``/healthz`` and the documentation (``/docs``,
-    ``/redoc``, ``/openapi.json`` and their assets) needs ``Authorization:
-    Bearer <token>`` (compared in constant time), else 401. A plain ASGI
-    middleware: a ``@app.middleware("http")`` function costs about 0.4 ms per
-    request here."""
+OPERATOR_BEARER = b"bearer " + TOKEN_PREFIX.encode()
+OPERATOR_STATE = "devs_operator"
+"""Where :class:`Callers` leaves the name of the operator whose token a
+request carries (``request.state``); absent for the service token."""
 
-    def __init__(self, app: ASGIApp, expected: bytes) -> None:
+
+class Callers:
+    """Who is calling. A plain ASGI middleware: a ``@app.middleware("http")``
+    function costs about 0.4 ms per request here.
+
+    - ``Authorization: Bearer <DEVS_API_TOKEN>`` (compared in constant time)
+      is the service: an agent or its orchestrator;
+    - ``Authorization: Bearer devs_op_…`` is an operator, a person: the
+      roster is read as the store holds it now (in a thread: never on the
+      loop), and the operator's name is left in ``request.state``; a token
+      that is unknown, rotated or removed is a 401;
+    - anything else is a 401 when the service has a token, and no one in
+      particular when it has none.
+
+    ``/healthz``, the documentation and the console pass through (the
+    console's pages check their own session cookie)."""
+
+    def __init__(self, app: ASGIApp, expected: bytes | None, served: Served) -> None:
         self.app = app
         self.expected = expected
+        self.served = served
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not _open(scope["path"]):
@@ -317,17 +361,78 @@ class BearerToken:
                 if name == b"authorization":
                     given = value
                     break
-            if not hmac.compare_digest(given, self.expected):
+            expected = self.expected
+            if expected is not None and hmac.compare_digest(given, expected):
+                pass
+            elif given[: len(OPERATOR_BEARER)].lower() == OPERATOR_BEARER:
+                token = given[len("bearer ") :].decode("latin-1")
+                try:
+                    operator = await self.served.operator_of(token)
+                except StoreError as error:
+                    answer = error_response(503, StoreError.kind, str(error))
+                    answer.headers["Retry-After"] = str(math.ceil(STORE_RETRY_AFTER))
+                    await answer(scope, receive, send)
+                    return
+                if operator is None:
+                    answer = error_response(
+                        401,
+                        "unauthorized",
+                        "the operator token is unknown, was rotated or its "
+                        "operator removed: `devs operator rotate NAME` gives a "
+                        "new one",
+                    )
+                    answer.headers["WWW-Authenticate"] = "Bearer"
+                    await answer(scope, receive, send)
+                    return
+                scope.setdefault("state", {})[OPERATOR_STATE] = operator
+            elif expected is not None:
                 answer = error_response(
                     401,
                     "unauthorized",
                     "the API token is missing or wrong: send DEVS_API_TOKEN in "
-                    "the Authorization header, as a bearer token",
+                    "the Authorization header, as a bearer token (or an "
+                    "operator's token)",
                 )
                 answer.headers["WWW-Authenticate"] = "Bearer"
                 await answer(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def acting(service: RecoveryService, operator: str | None, given: str | None) -> str:
+    """Who a human action over HTTP is recorded under, or why it is refused.
+
+    With an operator's token: that operator (``actor`` may be left out; one
+    that names someone else is :class:`Forbidden`). Without one, once any
+    operator exists: :class:`Forbidden` (the service's token is the agents';
+    it cannot answer for a person). With no operator at all, as before the
+    roster: the body's ``actor``, required."""
+    if operator is not None:
+        if given is not None and given != operator:
+            msg = (
+                f"actor {given!r} is not the operator whose token was sent "
+                f"({operator!r}): leave actor out, or send {given!r}'s own "
+                "token; nothing was written"
+            )
+            raise Forbidden(msg)
+        return operator
+    if service.roster().members:
+        msg = (
+            "a human action needs an operator's token once operators exist "
+            "(Authorization: Bearer <operator token>; `devs operator add NAME` "
+            "makes one): the service token, which agents hold, cannot answer "
+            "for a person; nothing was written"
+        )
+        raise Forbidden(msg)
+    if given is None:
+        msg = "actor is required: name who acts (or send an operator's token)"
+        raise InvalidInput(msg, field="actor")
+    return given
+
+
+def _operator(request: Request) -> str | None:
+    name: str | None = getattr(request.state, OPERATOR_STATE, None)
+    return name
 
 
 def error_response(
@@ -539,6 +644,12 @@ class Served:
         self.on_loop = backend_of(self.service) is not Backend.POSTGRES
         self.writer.size = 1 if self.on_loop else POSTGRES_WRITERS
         return opened
+
+    async def operator_of(self, token: str) -> str | None:
+        """The operator whose current token is ``token``, if any: the roster
+        as stored now, read in a thread (never on the loop)."""
+        service = self.service
+        return await asyncio.to_thread(lambda: service.roster().holder(token))
 
     async def command(
         self,
@@ -996,69 +1107,104 @@ def blacklist(
 
 @humans.post("/tasks/{task_id}/resume", response_model=ActionResult)
 async def resume(
-    served: Devs, task_id: str, body: ActionBody, key: KeyHeader = None
+    served: Devs,
+    request: Request,
+    task_id: str,
+    body: ActionBody,
+    key: KeyHeader = None,
 ) -> Response:
+    operator = _operator(request)
     return await served.command(
         200,
         key,
         f"/tasks/{task_id}/resume",
         body,
-        lambda s: s.resume(task_id, actor=body.actor, reason=body.reason),
+        lambda s: s.resume(
+            task_id, actor=acting(s, operator, body.actor), reason=body.reason
+        ),
     )
 
 
 @humans.post("/tasks/{task_id}/rewind", response_model=ActionResult)
 async def rewind(
-    served: Devs, task_id: str, body: RewindBody, key: KeyHeader = None
+    served: Devs,
+    request: Request,
+    task_id: str,
+    body: RewindBody,
+    key: KeyHeader = None,
 ) -> Response:
+    operator = _operator(request)
     return await served.command(
         200,
         key,
         f"/tasks/{task_id}/rewind",
         body,
         lambda s: s.rewind(
-            task_id, actor=body.actor, reason=body.reason, to_commit=body.to_commit
+            task_id,
+            actor=acting(s, operator, body.actor),
+            reason=body.reason,
+            to_commit=body.to_commit,
         ),
     )
 
 
 @humans.post("/tasks/{task_id}/skip", response_model=ActionResult)
 async def skip(
-    served: Devs, task_id: str, body: ActionBody, key: KeyHeader = None
+    served: Devs,
+    request: Request,
+    task_id: str,
+    body: ActionBody,
+    key: KeyHeader = None,
 ) -> Response:
+    operator = _operator(request)
     return await served.command(
         200,
         key,
         f"/tasks/{task_id}/skip",
         body,
-        lambda s: s.skip(task_id, actor=body.actor, reason=body.reason),
+        lambda s: s.skip(
+            task_id, actor=acting(s, operator, body.actor), reason=body.reason
+        ),
     )
 
 
 @humans.post("/tasks/{task_id}/claim", response_model=ActionResult)
 async def claim(
-    served: Devs, task_id: str, body: ClaimBody, key: KeyHeader = None
+    served: Devs,
+    request: Request,
+    task_id: str,
+    body: ClaimBody,
+    key: KeyHeader = None,
 ) -> Response:
+    operator = _operator(request)
     return await served.command(
         200,
         key,
         f"/tasks/{task_id}/claim",
         body,
-        lambda s: s.claim_handoff(task_id, actor=body.actor),
+        lambda s: s.claim_handoff(task_id, actor=acting(s, operator, body.actor)),
     )
 
 
 @humans.post("/tasks/{task_id}/resolve", response_model=ActionResult)
 async def resolve(
-    served: Devs, task_id: str, body: ResolveBody, key: KeyHeader = None
+    served: Devs,
+    request: Request,
+    task_id: str,
+    body: ResolveBody,
+    key: KeyHeader = None,
 ) -> Response:
+    operator = _operator(request)
     return await served.command(
         200,
         key,
         f"/tasks/{task_id}/resolve",
         body,
         lambda s: s.resolve_handoff(
-            task_id, actor=body.actor, resolution=body.resolution, reason=body.reason
+            task_id,
+            actor=acting(s, operator, body.actor),
+            resolution=body.resolution,
+            reason=body.reason,
         ),
     )
 
@@ -1227,8 +1373,9 @@ def create_app(
             check_token(token)
         except ValueError as error:
             raise InvalidInput(str(error), field="token") from None
-        app.add_middleware(BearerToken, expected=f"Bearer {token}".encode())
         _document_the_token(app)
+    expected = None if token is None else f"Bearer {token}".encode()
+    app.add_middleware(Callers, expected=expected, served=served)
     app.add_exception_handler(DevsError, _devs_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _bad_request)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]

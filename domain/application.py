@@ -26,6 +26,7 @@ from contextvars import ContextVar
 from importlib.metadata import entry_points
 from typing import Annotated, Any, ClassVar, ParamSpec, TypeVar
 
+from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import EnvType, get_topic, resolve_topic
 from pydantic import Field
@@ -34,6 +35,7 @@ from devs.domain import blacklist, journal
 from devs.domain.audit import Audits, ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.chart import WAITING, Trigger, destination
 from devs.domain.commands import (
+    COMMAND_ATTEMPTS,
     RECEIPT,
     WRITTEN,
     TaskCommands,
@@ -58,6 +60,7 @@ from devs.domain.decisions import (
 )
 from devs.domain.errors import (
     AlreadyExists,
+    Conflict,
     InvalidInput,
     StoreError,
     UnknownRun,
@@ -66,6 +69,11 @@ from devs.domain.errors import (
 )
 from devs.domain.gate import evaluate
 from devs.domain.names import HumanAction, Resolution
+from devs.domain.operators import (
+    IssuedToken,
+    OperatorEntry,
+    Operators,
+)
 from devs.domain.policy import Policy, load_policy
 from devs.domain.ports import (
     READ_MODELS_TOPIC,
@@ -408,6 +416,56 @@ class RecoveryService(TaskCommands, Audits):
                 task, run, HumanAction.RESOLVE, actor, reason, None, resolution=chosen
             ),
         )
+
+    # ============================================================== operators
+
+    @api
+    def add_operator(self, name: Actor, *, actor: Actor) -> IssuedToken:
+        """Add an operator, a person who may answer for people over HTTP;
+        its token, shown this once (only its hash is kept)."""
+        token = self._on_roster(lambda roster: roster.add(name, actor=actor))
+        return IssuedToken(name=name, token=token)
+
+    @api
+    def rotate_operator(self, name: Actor, *, actor: Actor) -> IssuedToken:
+        """A new token for an operator: the old one, and every console
+        session signed in with it, stop working."""
+        token = self._on_roster(lambda roster: roster.rotate(name, actor=actor))
+        return IssuedToken(name=name, token=token)
+
+    @api
+    def remove_operator(self, name: Actor, *, actor: Actor) -> OperatorEntry:
+        """Take an operator away: its token and sessions stop working."""
+        return self._on_roster(lambda roster: roster.remove(name, actor=actor))
+
+    @api
+    def operators(self) -> list[OperatorEntry]:
+        """Every operator (never a token), in the order they were added."""
+        return self.roster().entries()
+
+    @store_errors
+    def roster(self) -> Operators:
+        """The roster as the store holds it now (never a cached copy): an
+        empty one when no operator was ever added."""
+        try:
+            roster: Operators = self._store.get(Operators.create_id())
+        except AggregateNotFoundError:
+            return Operators()
+        return roster
+
+    def _on_roster(self, change: Callable[[Operators], T]) -> T:
+        """Change the roster and save it; decided again on the roster as
+        stored when another process changed it first."""
+        for _ in range(COMMAND_ATTEMPTS):
+            roster = self.roster()
+            answer = change(roster)
+            try:
+                self._commit(roster)
+            except IntegrityError:
+                continue
+            return answer
+        msg = "other writers changed the operators every time; send it again"
+        raise Conflict(msg)
 
     # ================================================================ queries
 

@@ -52,6 +52,7 @@ from devs.domain.errors import (
     UnknownTask,
 )
 from devs.domain.model import Aggregate
+from devs.domain.operators import Operators
 from devs.domain.reactions import react
 from devs.domain.receipt import Pending, Receipt
 from devs.domain.run import Run
@@ -471,7 +472,9 @@ class TaskCommands(Application[str]):
             raise
         return answered
 
-    def _commit(self, *aggregates: Task | Run | Receipt | None) -> list[Recording[str]]:
+    def _commit(
+        self, *aggregates: Task | Run | Receipt | Operators | None
+    ) -> list[Recording[str]]:
         recordings = self.save(*aggregates)
         for recording in recordings:
             journal.record(recording.domain_event, recording.notification.id)

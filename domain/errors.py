@@ -183,6 +183,26 @@ class UnreadableEvent(StoreError):
         self.position = position
 
 
+class Forbidden(DevsError):
+    """The caller is known but may not do this: a human action asked with the
+    service's token once operators exist, or an ``actor`` that names someone
+    other than the operator whose token was sent. Nothing was written."""
+
+    kind = "forbidden"
+    http_status = 403
+
+
+class UnknownOperator(NotFound):
+    """An operator name that was never added (or was removed)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"unknown operator {name!r}: add one with `devs operator add NAME` "
+            "(`devs operator list` shows who there is)"
+        )
+        self.name = name
+
+
 class NotCaughtUp(DevsError):
     """The read models did not fold the log position a query asked for
     (read-your-writes: ``after=N``) within the wait allowed. Nothing is wrong

@@ -24,6 +24,7 @@ from devs.domain.names import (
     NotificationKind,
     SessionReason,
 )
+from devs.domain.operators import Operators
 from devs.domain.receipt import Receipt
 from devs.domain.redaction import excerpt
 from devs.domain.run import Run
@@ -221,6 +222,26 @@ def _(e: Receipt.Issued) -> Line:
     return LogEvent.RECEIPT_ISSUED, {
         "receipt": e.originator_id.removeprefix("receipt:")
     }
+
+
+@describe.register
+def _(e: Operators.Added) -> Line:
+    return LogEvent.OPERATOR_ADDED, {"operator": e.name, "actor": e.actor}
+
+
+@describe.register
+def _(e: Operators.Rotated) -> Line:
+    return LogEvent.OPERATOR_ROTATED, {"operator": e.name, "actor": e.actor}
+
+
+@describe.register
+def _(e: Operators.Removed) -> Line:
+    return LogEvent.OPERATOR_REMOVED, {"operator": e.name, "actor": e.actor}
+
+
+@describe.register
+def _(e: Operators.Opened) -> Line:
+    return LogEvent.OPERATORS_OPENED, {}
 
 
 # --------------------------------------------------------------- notifications

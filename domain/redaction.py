@@ -234,6 +234,7 @@ RULES: tuple[Rule, ...] = (
                 r"(?:proj-|ant-|svcacct-|admin-|live-|test-)?[A-Za-z0-9_\-]{16,}+",
             ),
             ("Google API key", "AIza", r"[0-9A-Za-z_\-]{35}"),
+            ("devs operator token", "devs_op_", r"[A-Za-z0-9_\-]{20,}+"),
             ("npm token", "npm_", r"[A-Za-z0-9]{36}"),
             ("Hugging Face token", "hf_", r"[A-Za-z0-9]{30,}+"),
             (
@@ -267,7 +268,7 @@ _STARTS = re.compile(
     r"--|://|a(?:uthorization|kia|sia|gpa|ida|roa|ipa|npa|nva|bia|cca|iza)"
     r"|b(?:earer|asic)|c(?:ookie|redential)"
     r"|x(?:-a(?:pi-key|uth-token|mz-security-token)|ox|app-)"
-    r"|hooks\.slack\.com|hf_|discord|p(?:ass|wd)|s(?:e(?:cret|ssion)|k[_\-])"
+    r"|hooks\.slack\.com|hf_|d(?:iscord|evs_op_)|p(?:ass|wd)|s(?:e(?:cret|ssion)|k[_\-])"
     r"|token|key|g(?:h|ithub_pat_|lpat-)|rk_|whsec_|npm_|eyj"
 )
 _SHORT = 512

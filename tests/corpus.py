@@ -53,6 +53,11 @@ SECRETS: list[tuple[str, str]] = [
     ("using sk-ant-api03-abcdefghijklmnopqrstu", "sk-ant-api03-abcdefghijklmnopqrstu"),
     ("key=AIzaSyA-abcdefghijklmnopqrstuvwxyz01234", "AIzaSyA-abcdefghijklm"),
     ("maps AIzaSyA-abcdefghijklmnopqrstuvwxyz01234 loaded", "AIzaSyA-abcdefghijklm"),
+    # devs' own operator tokens (devs operator add).
+    (
+        "operator devs_op_l8HXCjGzHs6xWzn_SQ2Dj3FsdNPPCsbJvUqsty-4ZQk signed in",
+        "l8HXCjGzHs6xWzn_SQ2Dj3Fs",
+    ),
     (
         "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop",
         "eyJzdWIiOiIxMjM0NTY3ODkwIn0",

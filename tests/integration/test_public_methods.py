@@ -54,6 +54,7 @@ VALID: dict[str, object] = {
     "candidate": "an idea",
     "position": 0,
     "timeout": 1.0,
+    "name": "ann",
 }
 """A valid value of each parameter, by name: the others of a call get these."""
 

@@ -185,6 +185,7 @@ MINIMAL = {
     "Stripe webhook secret": "whsec_" + "0" * 10,
     "OpenAI / Anthropic style key (sk-, sk-proj-, sk-ant-)": "sk-" + "0" * 16,
     "Google API key": "AIza" + "0" * 35,
+    "devs operator token": "devs_op_" + "0" * 20,
     "npm token": "npm_" + "0" * 36,
     "Hugging Face token": "hf_" + "0" * 30,
     "JSON Web Token": "eyJ" + "0" * 8 + "." + "0" * 8 + "." + "0" * 8,

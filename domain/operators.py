@@ -1,0 +1,183 @@
+"""Operators: the people who answer for people.
+
+An operator is a person named in the log: ``add`` records who added whom and
+when, ``rotate`` gives a new token (the old one stops working), ``remove``
+takes the operator away. The roster is one aggregate (``operators``), read
+from the store as it is now for every check, never from a cache, so a token
+rotated or removed by another process stops working at its next request.
+
+A token is shown once, when it is made, and stored only as its SHA-256: a
+token is 256 random bits, so a fast hash is as good as a slow one, and a check
+compares it with every operator's in constant time (``hmac.compare_digest``).
+An operator's token is what lets the HTTP service record a human action under
+that operator's name (docs/security.md); the console's session cookie is
+signed with a key derived from the same hash, so a rotation or a removal ends
+the operator's sessions too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import datetime
+from typing import ClassVar
+
+from eventsourcing.domain import datetime_now_with_tzinfo, event
+
+from devs.domain.errors import AlreadyExists, UnknownOperator
+from devs.domain.model import Aggregate, AggregateCreated, Value
+
+OPERATORS_ID = "operators"
+"""The id of the roster aggregate (one per store)."""
+TOKEN_PREFIX = "devs_op_"
+"""What every operator token starts with: the HTTP service tells an operator's
+token from the service's own by it, and a secret scanner can find one."""
+TOKEN_BYTES = 32
+
+
+def new_token() -> str:
+    """A fresh operator token: :data:`TOKEN_PREFIX` and 256 random bits."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def token_hash(token: str) -> str:
+    """The SHA-256 of a token, hex: all the store keeps of it."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class OperatorEntry(Value):
+    """One operator, as ``devs operator list`` shows it (never its token)."""
+
+    name: str
+    added_by: str
+    added_at: datetime
+    rotated_by: str | None = None
+    rotated_at: datetime | None = None
+
+
+class IssuedToken(Value):
+    """An operator and the token just made for it: shown once, kept nowhere."""
+
+    name: str
+    token: str
+
+
+class Member(Value):
+    entry: OperatorEntry
+    token_hash: str
+
+
+class Operators(Aggregate):
+    """The roster: every operator and the hash of its current token."""
+
+    TOPIC: ClassVar[str] = "devs:Operators"
+
+    class Opened(AggregateCreated):
+        TOPIC: ClassVar[str] = "devs:Operators.Opened"
+
+    class Added(Aggregate.Event):
+        TOPIC: ClassVar[str] = "devs:Operators.Added"
+        name: str
+        token_hash: str
+        actor: str
+        at: datetime
+
+    class Rotated(Aggregate.Event):
+        TOPIC: ClassVar[str] = "devs:Operators.Rotated"
+        name: str
+        token_hash: str
+        actor: str
+        at: datetime
+
+    class Removed(Aggregate.Event):
+        TOPIC: ClassVar[str] = "devs:Operators.Removed"
+        name: str
+        actor: str
+        at: datetime
+
+    @staticmethod
+    def create_id() -> str:
+        return OPERATORS_ID
+
+    @event(Opened)
+    def __init__(self) -> None:
+        self.members: dict[str, Member] = {}
+
+    # ----------------------------------------------------------- commands
+
+    def add(self, name: str, *, actor: str) -> str:
+        """Add ``name``; the new token (``AlreadyExists`` if it is there)."""
+        if name in self.members:
+            msg = (
+                f"operator {name!r} already exists: `devs operator rotate "
+                f"{name}` gives it a new token"
+            )
+            raise AlreadyExists(msg)
+        token = new_token()
+        self._added(name, token_hash(token), actor, datetime_now_with_tzinfo())
+        return token
+
+    def rotate(self, name: str, *, actor: str) -> str:
+        """A new token for ``name``; the old one stops working."""
+        self._require(name)
+        token = new_token()
+        self._rotated(name, token_hash(token), actor, datetime_now_with_tzinfo())
+        return token
+
+    def remove(self, name: str, *, actor: str) -> OperatorEntry:
+        """Take ``name`` away; its token and sessions stop working."""
+        entry = self._require(name).entry
+        self._removed(name, actor, datetime_now_with_tzinfo())
+        return entry
+
+    # ------------------------------------------------------------ queries
+
+    def entries(self) -> list[OperatorEntry]:
+        """Every operator, in the order they were added."""
+        return [member.entry for member in self.members.values()]
+
+    def holder(self, token: str) -> str | None:
+        """The operator whose current token is ``token``, if any.
+
+        Every operator's hash is compared, in constant time each, so the
+        time taken says nothing about which one (or how much of one) matched.
+        """
+        given = token_hash(token).encode()
+        found = None
+        for name, member in self.members.items():
+            if hmac.compare_digest(given, member.token_hash.encode()):
+                found = name
+        return found
+
+    def key_of(self, name: str) -> bytes | None:
+        """The key an operator's console sessions are signed with: derived
+        from its current token's hash (``None`` for no such operator)."""
+        member = self.members.get(name)
+        if member is None:
+            return None
+        return hashlib.sha256(b"devs-console\0" + member.token_hash.encode()).digest()
+
+    def _require(self, name: str) -> Member:
+        member = self.members.get(name)
+        if member is None:
+            raise UnknownOperator(name)
+        return member
+
+    # ------------------------------------------------------------- events
+
+    @event(Added)
+    def _added(self, name: str, token_hash: str, actor: str, at: datetime) -> None:
+        entry = OperatorEntry(name=name, added_by=actor, added_at=at)
+        self.members[name] = Member(entry=entry, token_hash=token_hash)
+
+    @event(Rotated)
+    def _rotated(self, name: str, token_hash: str, actor: str, at: datetime) -> None:
+        entry = self.members[name].entry.model_copy(
+            update={"rotated_by": actor, "rotated_at": at}
+        )
+        self.members[name] = Member(entry=entry, token_hash=token_hash)
+
+    @event(Removed)
+    def _removed(self, name: str, actor: str, at: datetime) -> None:
+        del self.members[name]
