@@ -1382,6 +1382,9 @@ def create_app(
     for router in ROUTERS:
         app.include_router(router)
     app.router.routes.append(Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]))
+    from devs.adapters import console
+
+    console.mount(app, lambda: served.service, served.writer)
     return app
 
 

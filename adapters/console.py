@@ -1,0 +1,688 @@
+"""The web console: where operators answer the agents (docs/console.md).
+
+Server-rendered pages under ``/console/`` in ``devs serve``: Jinja2 with
+autoescaping, one small script and one style sheet served from this package
+(nothing from another origin). An operator signs in with its token; the
+session cookie (HttpOnly, SameSite=Strict, Secure over https) holds the
+operator's name and a time, signed (itsdangerous) with a key derived from the
+hash of the operator's current token: a rotation or a removal ends its
+sessions, and every worker of one database checks it alike.
+
+Every page is sent with a Content-Security-Policy that admits this origin's
+script and style only (no inline script, no other origin), and every form
+POST must come from this origin (its ``Origin`` header, else its ``Referer``):
+another origin's is a 403 and writes nothing. Every answer is recorded with
+the signed-in operator as its actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib.resources import files
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import (
+    HTMLResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from itsdangerous import BadSignature, SignatureExpired, TimestampSigner
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from devs.adapters.console_svg import bar_chart_svg, dag_svg, state_chart_svg
+from devs.domain import (
+    DevsError,
+    HandoffEntry,
+    NotFound,
+    PendingSession,
+    RecoveryService,
+    TaskSummary,
+)
+from devs.domain.names import Resolution, SessionReason
+from devs.domain.redaction import excerpt
+
+PREFIX = "/console"
+COOKIE = "devs_console"
+SESSION_SECONDS = 12 * 3600
+"""How long a console session lasts before signing in again (12 hours)."""
+LIVE_POLL = 0.5
+"""Seconds between the live stream's looks at the end of the log."""
+LIVE_HEARTBEAT = 15.0
+INBOX_MAX = 200
+"""Items the inbox shows (oldest first); it says how many more wait."""
+TEXT_SHOWN = 2_000
+"""Characters of an error, an output or a strategy a page shows at most."""
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    # same-origin, never no-referrer: with no-referrer, a form's POST carries
+    # "Origin: null" and the origin check below could not tell it is ours.
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+STATIC = {"console.js": "text/javascript", "console.css": "text/css"}
+
+templates = Environment(
+    loader=PackageLoader("devs.adapters", "console_templates"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+templates.filters["segment"] = lambda value: quote(str(value), safe="")
+templates.filters["shown"] = lambda value: excerpt(str(value), TEXT_SHOWN)
+
+
+def _when(moment: datetime | None) -> str:
+    if moment is None:
+        return "-"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _waited(moment: datetime, now: datetime) -> str:
+    seconds = max(0, int((now - moment).total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+
+
+templates.filters["when"] = _when
+
+
+# ------------------------------------------------------------------ sessions
+
+
+def _signer(key: bytes) -> TimestampSigner:
+    return TimestampSigner(
+        key, salt="devs-console-session", digest_method=hashlib.sha256
+    )
+
+
+def session_cookie(service: RecoveryService, name: str) -> str:
+    """A signed session for operator ``name``."""
+    key = service.roster().key_of(name)
+    if key is None:
+        raise NotFound(f"unknown operator {name!r}")
+    encoded = base64.urlsafe_b64encode(name.encode()).rstrip(b"=")
+    return _signer(key).sign(encoded).decode("ascii")
+
+
+def session_operator(service: RecoveryService, cookie: str | None) -> str | None:
+    """The operator a session cookie was signed for, if it is still good:
+    signed with that operator's current key, at most
+    :data:`SESSION_SECONDS` old."""
+    if not cookie or len(cookie) > 1_000:
+        return None
+    encoded = cookie.split(".", 1)[0]
+    try:
+        name = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+    key = service.roster().key_of(name)
+    if key is None:
+        return None
+    try:
+        _signer(key).unsign(cookie, max_age=SESSION_SECONDS)
+    except (BadSignature, SignatureExpired):
+        return None
+    return name
+
+
+# -------------------------------------------------------------- the inbox
+
+
+WHY = {
+    SessionReason.MAX_RETRIES: "Escalation",
+    SessionReason.BLACKLISTED_STRATEGY: "Blacklist pause",
+}
+
+
+@dataclass
+class Item:
+    """One thing waiting for a person: a pending session or a hand-off."""
+
+    task_id: str
+    kind: str  # "session" or "handoff"
+    why: str
+    since: datetime
+    waited: str
+    task: TaskSummary | None
+    failure_count: int
+    last_error: str
+    claimed_by: str | None = None
+    signals: list[str] = field(default_factory=list)
+    lessons: list[str] = field(default_factory=list)
+    entropy: float | None = None
+
+
+def _why(session: PendingSession, task: TaskSummary | None) -> str:
+    if session.reason is SessionReason.ENTROPY_LIMIT:
+        pending = task.pending_session if task is not None else None
+        if pending is not None and pending.entropy_source == "derived":
+            return "Stuck pause"
+        return "Entropy pause"
+    return WHY.get(session.reason, str(session.reason))
+
+
+def _task_or_none(service: RecoveryService, task_id: str) -> TaskSummary | None:
+    try:
+        return service.task(task_id)
+    except NotFound:
+        return None
+
+
+def _signals(task: TaskSummary | None) -> list[str]:
+    if task is None or task.stuck is None:
+        return []
+    return [signal.text for signal in task.stuck.signals]
+
+
+def _last_error(task: TaskSummary | None) -> str:
+    if task is None:
+        return ""
+    for failure in reversed(task.failure_history):
+        text = failure.error_message or failure.reason
+        if text:
+            return _first_line(text)
+    return ""
+
+
+def _lessons(service: RecoveryService, task_id: str) -> list[str]:
+    try:
+        lessons = service.lessons(task_id)
+    except NotFound:
+        return []
+    return [f"{lesson.failed_strategy}: {lesson.rca_summary}" for lesson in lessons]
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return excerpt(line.strip(), 300)
+    return ""
+
+
+def inbox_items(service: RecoveryService) -> tuple[list[Item], int]:
+    """Every pending session and open hand-off, oldest first (at most
+    :data:`INBOX_MAX`), and how many there are in all."""
+    now = datetime.now(UTC)
+    sessions: list[PendingSession] = service.pending_sessions()
+    handoffs: list[HandoffEntry] = service.handoff_queue()
+    waiting: list[tuple[datetime, Any]] = [(s.opened_at, s) for s in sessions]
+    waiting += [(h.payload.enqueued_at, h) for h in handoffs]
+    waiting.sort(key=lambda pair: pair[0])
+    items = []
+    for since, entry in waiting[:INBOX_MAX]:
+        if isinstance(entry, PendingSession):
+            task = _task_or_none(service, entry.task_id)
+            items.append(
+                Item(
+                    task_id=entry.task_id,
+                    kind="session",
+                    why=_why(entry, task),
+                    since=since,
+                    waited=_waited(since, now),
+                    task=task,
+                    failure_count=entry.failure_count,
+                    last_error=_last_error(task),
+                    signals=_signals(task),
+                    lessons=_lessons(service, entry.task_id),
+                    entropy=entry.entropy_score,
+                )
+            )
+        else:
+            task = _task_or_none(service, entry.payload.task_id)
+            items.append(
+                Item(
+                    task_id=entry.payload.task_id,
+                    kind="handoff",
+                    why="Hand-off",
+                    since=since,
+                    waited=_waited(since, now),
+                    task=task,
+                    failure_count=entry.payload.failure_count,
+                    last_error=_first_line(entry.payload.last_error_excerpt)
+                    or _last_error(task),
+                    claimed_by=entry.claimed_by,
+                    signals=_signals(task),
+                    lessons=_lessons(service, entry.payload.task_id),
+                )
+            )
+    return items, len(waiting)
+
+
+# ------------------------------------------------------------------- pages
+
+
+def _page(
+    request: Request, template: str, status: int = 200, **context: Any
+) -> HTMLResponse:
+    html = templates.get_template(template).render(
+        base=PREFIX,
+        resolutions=[r.value for r in Resolution],
+        **context,
+    )
+    return HTMLResponse(html, status, headers=HEADERS)
+
+
+def _to_login(request: Request) -> Response:
+    return RedirectResponse(f"{PREFIX}/login", 303, headers=HEADERS)
+
+
+def _same_origin(request: Request) -> bool:
+    """Whether a POST comes from a page of this origin: its ``Origin``
+    header (every browser sends one with a form's POST), else its
+    ``Referer``, names this scheme, host and port."""
+    host = request.headers.get("host")
+    if not host:
+        return False
+    ours = f"{request.url.scheme}://{host}".lower()
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        referer = request.headers.get("referer")
+        if origin == "null" or not referer:
+            return False
+        parts = urlsplit(referer)
+        origin = f"{parts.scheme}://{parts.netloc}"
+    return origin.lower() == ours
+
+
+def _refused_origin() -> HTMLResponse:
+    body = templates.get_template("refused.html").render(
+        base=PREFIX,
+        title="Refused",
+        message="This form was sent from another site (its Origin is not this "
+        "console's): nothing was done.",
+    )
+    return HTMLResponse(body, 403, headers=HEADERS)
+
+
+def mount(app: FastAPI, service_of: Callable[[], RecoveryService], writer: Any) -> None:
+    """Add the console's routes to ``app``: ``service_of()`` gives the app's
+    service; ``writer.run(call)`` runs a command where the app runs its
+    commands (its writer thread)."""
+    router = APIRouter(prefix=PREFIX, include_in_schema=False)
+
+    async def in_thread(call: Callable[[], Any]) -> Any:
+        return await asyncio.to_thread(call)
+
+    async def operator_of(request: Request) -> str | None:
+        cookie = request.cookies.get(COOKIE)
+        if not cookie:
+            return None
+        service = service_of()
+        name: str | None = await in_thread(lambda: session_operator(service, cookie))
+        return name
+
+    @router.get("/static/{name}")
+    async def static(name: str) -> Response:
+        media = STATIC.get(name)
+        if media is None:
+            return Response("not found", 404, media_type="text/plain")
+        content = (files("devs.adapters") / "console_static" / name).read_bytes()
+        return Response(
+            content,
+            media_type=media,
+            headers={
+                "Cache-Control": "max-age=300",
+                "X-Content-Type-Options": "nosniff",
+            },
+        )
+
+    @router.get("/login")
+    async def login_page(request: Request) -> Response:
+        return _page(request, "login.html", title="Sign in", operator=None)
+
+    @router.post("/login")
+    async def login(request: Request) -> Response:
+        if not _same_origin(request):
+            return _refused_origin()
+        form = await request.form()
+        token = form.get("token")
+        service = service_of()
+        name = None
+        if isinstance(token, str) and 0 < len(token) <= 500:
+            name = await in_thread(lambda: service.roster().holder(token.strip()))
+        if name is None:
+            return _page(
+                request,
+                "login.html",
+                401,
+                title="Sign in",
+                operator=None,
+                error="That token is not an operator's token (it may have been "
+                "rotated, or its operator removed). Ask for a new one: "
+                "devs operator rotate NAME.",
+            )
+        cookie = await in_thread(lambda: session_cookie(service, name))
+        answer = RedirectResponse(f"{PREFIX}/", 303, headers=HEADERS)
+        answer.set_cookie(
+            COOKIE,
+            cookie,
+            max_age=SESSION_SECONDS,
+            path=PREFIX,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return answer
+
+    @router.post("/logout")
+    async def logout(request: Request) -> Response:
+        if not _same_origin(request):
+            return _refused_origin()
+        answer = RedirectResponse(f"{PREFIX}/login", 303, headers=HEADERS)
+        answer.delete_cookie(COOKIE, path=PREFIX)
+        return answer
+
+    @router.get("")
+    async def bare() -> Response:
+        return RedirectResponse(f"{PREFIX}/", 307, headers=HEADERS)
+
+    @router.get("/")
+    async def inbox(request: Request) -> Response:
+        operator = await operator_of(request)
+        if operator is None:
+            return _to_login(request)
+        service = service_of()
+        position, (items, total) = await in_thread(
+            lambda: (service.catch_up(), inbox_items(service))
+        )
+        return _page(
+            request,
+            "inbox.html",
+            title="Inbox",
+            operator=operator,
+            items=items,
+            total=total,
+            position=position,
+            done=request.query_params.get("done"),
+        )
+
+    @router.get("/inbox")
+    async def inbox_fragment(request: Request) -> Response:
+        operator = await operator_of(request)
+        if operator is None:
+            return Response("sign in", 401, headers=HEADERS)
+        service = service_of()
+        after = _position(request.query_params.get("after"))
+
+        def read() -> tuple[list[Item], int]:
+            if after is not None:
+                # At most 2 s; then what the read models hold now.
+                with contextlib.suppress(DevsError):
+                    service.wait_for(after, timeout=2.0)
+            return inbox_items(service)
+
+        items, total = await in_thread(read)
+        html = templates.get_template("inbox_items.html").render(
+            base=PREFIX,
+            resolutions=[r.value for r in Resolution],
+            items=items,
+            total=total,
+        )
+        return HTMLResponse(html, headers=HEADERS)
+
+    @router.get("/live")
+    async def live(request: Request) -> Response:
+        operator = await operator_of(request)
+        if operator is None:
+            return Response("sign in", 401, headers=HEADERS)
+        service = service_of()
+        return StreamingResponse(
+            _log_moves(service, _position(request.query_params.get("after"))),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    @router.get("/tasks/{task_id:path}")
+    async def task_page(request: Request, task_id: str) -> Response:
+        operator = await operator_of(request)
+        if operator is None:
+            return _to_login(request)
+        service = service_of()
+
+        def read() -> dict[str, Any]:
+            task = service.task(task_id)
+            return {
+                "task": task,
+                "report": service.failure_report(task_id),
+                "history": service.history(task_id),
+                "lessons": service.lessons(task_id),
+                "chart": Markup(state_chart_svg(task.state)),
+                "item": _item_of(service, task),
+            }
+
+        try:
+            context = await in_thread(read)
+        except NotFound as error:
+            return _page(
+                request,
+                "refused.html",
+                404,
+                title="Not found",
+                operator=operator,
+                message=str(error),
+            )
+        return _page(request, "task.html", title=task_id, operator=operator, **context)
+
+    @router.get("/runs")
+    async def runs_page(request: Request) -> Response:
+        operator = await operator_of(request)
+        if operator is None:
+            return _to_login(request)
+        service = service_of()
+        run_ids = await in_thread(lambda: _run_ids(service))
+        return _page(
+            request, "runs.html", title="Runs", operator=operator, run_ids=run_ids
+        )
+
+    @router.get("/runs/{run_id:path}")
+    async def run_page(request: Request, run_id: str) -> Response:
+        operator = await operator_of(request)
+        if operator is None:
+            return _to_login(request)
+        service = service_of()
+        try:
+            run = await in_thread(lambda: service.run_state(run_id))
+        except NotFound as error:
+            return _page(
+                request,
+                "refused.html",
+                404,
+                title="Not found",
+                operator=operator,
+                message=str(error),
+            )
+        return _page(
+            request,
+            "run.html",
+            title=run_id,
+            operator=operator,
+            run=run,
+            dag=Markup(dag_svg(run)),
+        )
+
+    @router.get("/metrics")
+    async def metrics_page(request: Request) -> Response:
+        operator = await operator_of(request)
+        if operator is None:
+            return _to_login(request)
+        service = service_of()
+        figures = await in_thread(service.metrics)
+        waits = figures.time_to_human
+        charts = [
+            bar_chart_svg(
+                "Tasks by state",
+                [
+                    (str(state), count)
+                    for state, count in figures.tasks_by_state.items()
+                ],
+            ),
+            bar_chart_svg(
+                "Loop rate (tasks that ever stopped for a human)",
+                [("loop rate", figures.loop_rate * 100)],
+                unit="%",
+            ),
+            bar_chart_svg(
+                "Time to a human (seconds)",
+                [
+                    ("median", waits.p50 or 0.0),
+                    ("90th percentile", waits.p90 or 0.0),
+                    ("mean", waits.mean or 0.0),
+                ],
+                unit=" s",
+            ),
+            bar_chart_svg(
+                "Hand-offs by resolution",
+                [
+                    (str(end), count)
+                    for end, count in figures.handoffs_by_resolution.items()
+                ],
+            ),
+            bar_chart_svg(
+                "Stuck tasks by signal",
+                [("stuck tasks", figures.stuck_tasks)]
+                + [(kind, count) for kind, count in figures.stuck_signals.items()],
+            ),
+        ]
+        return _page(
+            request,
+            "metrics.html",
+            title="Metrics",
+            operator=operator,
+            metrics=figures,
+            charts=[Markup(chart) for chart in charts],
+        )
+
+    @router.post("/actions/{action}")
+    async def act(request: Request, action: str) -> Response:
+        if not _same_origin(request):
+            return _refused_origin()
+        operator = await operator_of(request)
+        if operator is None:
+            return _to_login(request)
+        form = await request.form()
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        task_id = fields.get("task_id", "")
+        reason = fields.get("reason", "").strip() or "(no reason given)"
+        service = service_of()
+        calls: dict[str, Callable[[], Any]] = {
+            "resume": lambda: service.resume(task_id, actor=operator, reason=reason),
+            "rewind": lambda: service.rewind(
+                task_id,
+                actor=operator,
+                reason=reason,
+                to_commit=fields.get("to_commit", "").strip() or None,
+            ),
+            "skip": lambda: service.skip(task_id, actor=operator, reason=reason),
+            "claim": lambda: service.claim_handoff(task_id, actor=operator),
+            "resolve": lambda: service.resolve_handoff(
+                task_id,
+                actor=operator,
+                resolution=fields.get("resolution", ""),  # type: ignore[arg-type]
+                reason=reason,
+            ),
+        }
+        call = calls.get(action)
+        if call is None:
+            return _page(
+                request,
+                "refused.html",
+                404,
+                title="Not found",
+                operator=operator,
+                message=f"there is no action {excerpt(action, 40)!r}",
+            )
+        try:
+            await writer.run(call)
+        except DevsError as error:
+            status = error.http_status if 400 <= error.http_status < 600 else 409
+            return _page(
+                request,
+                "refused.html",
+                status,
+                title="Not done",
+                operator=operator,
+                message=f"{action} {task_id}: {error}",
+            )
+        back = fields.get("back", "")
+        target = back if back.startswith(PREFIX + "/") and "//" not in back else None
+        done = quote(f"{action}:{task_id}", safe="")
+        return RedirectResponse(
+            target or f"{PREFIX}/?done={done}", 303, headers=HEADERS
+        )
+
+    app.include_router(router)
+
+
+def _item_of(service: RecoveryService, task: TaskSummary) -> Item | None:
+    for item in inbox_items(service)[0]:
+        if item.task_id == task.task_id:
+            return item
+    return None
+
+
+def _run_ids(service: RecoveryService) -> list[str]:
+    seen: dict[str, None] = {}
+    for entry in service.tasks(limit=10_000):
+        if entry.run_id is not None:
+            seen[entry.run_id] = None
+    return sorted(seen)
+
+
+def _position(text: str | None) -> int | None:
+    if text is None or not text.isdigit() or len(text) > 18:
+        return None
+    return int(text)
+
+
+def _log_moves(service: RecoveryService, after: int | None) -> Iterator[bytes]:
+    """An SSE stream with one event each time the log grows (its data: the
+    new end): the console then fetches what changed. Ends with the server."""
+    from devs.adapters.http import STREAMS_END
+
+    yield b"retry: 1000\n\n"
+    last = after
+    quiet_since = time.monotonic()
+    while not STREAMS_END.is_set():
+        try:
+            end = service.recorder.max_notification_id() or 0
+        except Exception:
+            yield b": the store is unavailable; waiting for it\n\n"
+            STREAMS_END.wait(1.0)
+            continue
+        if last is None:
+            last = end
+        if end > last:
+            last = end
+            quiet_since = time.monotonic()
+            yield b"id: %d\nevent: log\ndata: %d\n\n" % (end, end)
+        elif time.monotonic() - quiet_since >= LIVE_HEARTBEAT:
+            quiet_since = time.monotonic()
+            yield b": quiet\n\n"
+        STREAMS_END.wait(LIVE_POLL)
+
+
+__all__ = ["COOKIE", "PREFIX", "SESSION_SECONDS", "mount"]
