@@ -126,6 +126,10 @@ class Settings(EnvironSettings):
     """``DEVS_PROJECTIONS``: on PostgreSQL, who folds the read models."""
     api_token: SecretStr | None = None
     """``DEVS_API_TOKEN``: the bearer token the HTTP service asks for."""
+    console_secret: SecretStr | None = None
+    """``DEVS_CONSOLE_SECRET``: the key the console's sessions are signed
+    with (mixed with each operator's token hash); ``devs serve`` makes one
+    for its workers when it is unset."""
     worker_niceness: int = DEFAULT_NICENESS
     """``DEVS_WORKER_NICENESS``: how much nicer than the projector the
     workers of ``devs serve`` run on PostgreSQL, in [0, 19]."""
@@ -190,6 +194,17 @@ class Settings(EnvironSettings):
             return None  # unset: no token asked for
         if isinstance(value, str):
             check_token(value)
+        return value
+
+    @field_validator("console_secret", mode="before")
+    @classmethod
+    def _console_secret(cls, value: Any) -> Any:
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if value is None or value == "":
+            return None
+        if isinstance(value, str):
+            check_secret(value)
         return value
 
     @field_validator("read_wait", mode="before")
@@ -332,6 +347,30 @@ def check_token(token: str) -> str:
     msg = (
         f"{TOKEN_ENV} {problem}; a token is at least {TOKEN_MIN} visible ASCII "
         "characters without spaces (say, openssl rand -hex 24)"
+    )
+    raise ValueError(msg)
+
+
+CONSOLE_SECRET_ENV = "DEVS_CONSOLE_SECRET"
+CONSOLE_SECRET_MIN = 32
+
+
+def check_secret(secret: str) -> str:
+    """``secret`` if it can sign the console's sessions: at least
+    :data:`CONSOLE_SECRET_MIN` visible ASCII characters, no space; a
+    ``ValueError`` naming ``DEVS_CONSOLE_SECRET`` otherwise, never repeating
+    it."""
+    if not (secret.isascii() and secret.isprintable()) or any(
+        character.isspace() for character in secret
+    ):
+        problem = "has spaces, control or non-ASCII characters"
+    elif len(secret) < CONSOLE_SECRET_MIN:
+        problem = f"has {len(secret)} characters"
+    else:
+        return secret
+    msg = (
+        f"{CONSOLE_SECRET_ENV} {problem}; it is at least {CONSOLE_SECRET_MIN} "
+        "visible ASCII characters without spaces (say, openssl rand -hex 32)"
     )
     raise ValueError(msg)
 

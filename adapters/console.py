@@ -22,13 +22,14 @@ import base64
 import binascii
 import contextlib
 import hashlib
+import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.resources import files
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import (
@@ -37,6 +38,7 @@ from fastapi.responses import (
     Response,
     StreamingResponse,
 )
+from fastapi.routing import APIRoute
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
@@ -45,12 +47,15 @@ from devs.adapters.console_svg import bar_chart_svg, dag_svg, state_chart_svg
 from devs.domain import (
     DevsError,
     HandoffEntry,
+    InvalidInput,
     NotFound,
     PendingSession,
     RecoveryService,
+    StoreError,
     TaskSummary,
 )
 from devs.domain.names import Resolution, SessionReason
+from devs.domain.operators import TOKEN_SHAPE
 from devs.domain.redaction import excerpt
 
 PREFIX = "/console"
@@ -60,8 +65,16 @@ SESSION_SECONDS = 12 * 3600
 LIVE_POLL = 0.5
 """Seconds between the live stream's looks at the end of the log."""
 LIVE_HEARTBEAT = 15.0
+SESSION_RECHECK = 60.0
+"""Seconds between checks that a live stream's session still holds."""
 INBOX_MAX = 200
 """Items the inbox shows (oldest first); it says how many more wait."""
+HISTORY_SHOWN = 200
+"""Events of a task's history its page shows: the latest ones (``devs
+history`` and ``GET /tasks/{id}/history`` page through all)."""
+FORM_MAX = 16 * 1024
+"""Bytes a console form may send (its fields are a token, a task id, a
+commit, a resolution and a reason); a larger body is refused unread."""
 TEXT_SHOWN = 2_000
 """Characters of an error, an output or a strategy a page shows at most."""
 CSP = (
@@ -119,16 +132,18 @@ def _signer(key: bytes) -> TimestampSigner:
     )
 
 
-def session_cookie(service: RecoveryService, name: str) -> str:
+def session_cookie(service: RecoveryService, name: str, secret: bytes) -> str:
     """A signed session for operator ``name``."""
-    key = service.roster().key_of(name)
+    key = service.roster().key_of(name, secret)
     if key is None:
         raise NotFound(f"unknown operator {name!r}")
     encoded = base64.urlsafe_b64encode(name.encode()).rstrip(b"=")
     return _signer(key).sign(encoded).decode("ascii")
 
 
-def session_operator(service: RecoveryService, cookie: str | None) -> str | None:
+def session_operator(
+    service: RecoveryService, cookie: str | None, secret: bytes
+) -> str | None:
     """The operator a session cookie was signed for, if it is still good:
     signed with that operator's current key, at most
     :data:`SESSION_SECONDS` old."""
@@ -139,7 +154,7 @@ def session_operator(service: RecoveryService, cookie: str | None) -> str | None
         name = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
-    key = service.roster().key_of(name)
+    key = service.roster().key_of(name, secret)
     if key is None:
         return None
     try:
@@ -223,12 +238,17 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def inbox_items(service: RecoveryService) -> tuple[list[Item], int]:
-    """Every pending session and open hand-off, oldest first (at most
-    :data:`INBOX_MAX`), and how many there are in all."""
+def inbox_items(
+    service: RecoveryService, only: str | None = None
+) -> tuple[list[Item], int]:
+    """Every pending session and open hand-off (or only task ``only``'s),
+    oldest first (at most :data:`INBOX_MAX`), and how many there are in all."""
     now = datetime.now(UTC)
     sessions: list[PendingSession] = service.pending_sessions()
     handoffs: list[HandoffEntry] = service.handoff_queue()
+    if only is not None:
+        sessions = [s for s in sessions if s.task_id == only]
+        handoffs = [h for h in handoffs if h.payload.task_id == only]
     waiting: list[tuple[datetime, Any]] = [(s.opened_at, s) for s in sessions]
     waiting += [(h.payload.enqueued_at, h) for h in handoffs]
     waiting.sort(key=lambda pair: pair[0])
@@ -318,11 +338,111 @@ def _refused_origin() -> HTMLResponse:
     return HTMLResponse(body, 403, headers=HEADERS)
 
 
-def mount(app: FastAPI, service_of: Callable[[], RecoveryService], writer: Any) -> None:
+class ConsoleRoute(APIRoute):
+    """A console page whose refusals are pages: a service error (a bad id,
+    a store that cannot be used) is ``refused.html`` with the error's
+    status, never the API's JSON."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def paged(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except DevsError as error:
+                status = error.http_status if 400 <= error.http_status < 600 else 409
+                body = templates.get_template("refused.html").render(
+                    base=PREFIX, title="Not done", message=str(error)
+                )
+                answer = HTMLResponse(body, status, headers=HEADERS)
+                if isinstance(error, StoreError):
+                    answer.headers["Retry-After"] = "1"
+                return answer
+
+        return paged
+
+
+class FormTooLarge(InvalidInput):
+    """A console form over :data:`FORM_MAX` bytes."""
+
+    http_status = 413
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """A form's fields (``application/x-www-form-urlencoded``), read up to
+    :data:`FORM_MAX` bytes: a larger body is refused before it is all read."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > FORM_MAX:
+        raise FormTooLarge(f"the form is larger than {FORM_MAX:,} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > FORM_MAX:
+            raise FormTooLarge(f"the form is larger than {FORM_MAX:,} bytes")
+        chunks.append(chunk)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    try:
+        pairs = parse_qsl(text, keep_blank_values=True, max_num_fields=20)
+    except ValueError:
+        raise InvalidInput("the form has too many fields") from None
+    return dict(pairs)
+
+
+class LogWatch:
+    """One look at the end of the log every :data:`LIVE_POLL` seconds for
+    every open console of this process (not one per console), while any is
+    open; each waits on the loop, holding no thread."""
+
+    def __init__(self, service_of: Callable[[], RecoveryService]) -> None:
+        self.service_of = service_of
+        self.end: int | None = None
+        self.failure: str | None = None
+        self.changed = asyncio.Condition()
+        self.listeners = 0
+        self.task: asyncio.Task[None] | None = None
+
+    async def _poll(self) -> None:
+        from devs.adapters.http import STREAMS_END
+
+        while self.listeners and not STREAMS_END.is_set():
+            service = self.service_of()
+            try:
+                end = await asyncio.to_thread(service.recorder.max_notification_id)
+            except Exception as error:  # a store outage: say so, go on looking
+                self.failure = excerpt(str(error), 200)
+            else:
+                self.failure = None
+                self.end = end or 0
+            async with self.changed:
+                self.changed.notify_all()
+            await asyncio.sleep(LIVE_POLL)
+        self.task = None
+
+    async def next(self, timeout: float) -> None:
+        """Wait for the next look (at most ``timeout`` seconds)."""
+        if self.task is None:
+            self.task = asyncio.create_task(self._poll())
+        async with self.changed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout)
+
+
+def mount(
+    app: FastAPI,
+    service_of: Callable[[], RecoveryService],
+    writer: Any,
+    *,
+    secret: str | None = None,
+) -> None:
     """Add the console's routes to ``app``: ``service_of()`` gives the app's
     service; ``writer.run(call)`` runs a command where the app runs its
-    commands (its writer thread)."""
-    router = APIRouter(prefix=PREFIX, include_in_schema=False)
+    commands (its writer thread); ``secret`` signs the sessions (default: a
+    random one, good for this app only)."""
+    router = APIRouter(prefix=PREFIX, include_in_schema=False, route_class=ConsoleRoute)
+    key = secret.encode() if secret is not None else secrets.token_bytes(32)
+    watch = LogWatch(service_of)
+    cache: dict[str, Any] = {}
 
     async def in_thread(call: Callable[[], Any]) -> Any:
         return await asyncio.to_thread(call)
@@ -332,8 +452,24 @@ def mount(app: FastAPI, service_of: Callable[[], RecoveryService], writer: Any) 
         if not cookie:
             return None
         service = service_of()
-        name: str | None = await in_thread(lambda: session_operator(service, cookie))
+        name: str | None = await in_thread(
+            lambda: session_operator(service, cookie, key)
+        )
         return name
+
+    def inbox_at(service: RecoveryService) -> tuple[int, list[Item], int]:
+        """The inbox as the read models hold it at the end of the log now,
+        built once per log position for every console of this process."""
+        end = service.recorder.max_notification_id() or 0
+        cached = cache.get("inbox")
+        if cached is not None and cached[0] == end:
+            return cached  # type: ignore[no-any-return]
+        position = service.catch_up()
+        items, total = inbox_items(service)
+        answer = (position, items, total)
+        if position >= end:
+            cache["inbox"] = answer
+        return answer
 
     @router.get("/static/{name}")
     async def static(name: str) -> Response:
@@ -358,12 +494,11 @@ def mount(app: FastAPI, service_of: Callable[[], RecoveryService], writer: Any) 
     async def login(request: Request) -> Response:
         if not _same_origin(request):
             return _refused_origin()
-        form = await request.form()
-        token = form.get("token")
+        token = (await read_form(request)).get("token", "").strip()
         service = service_of()
         name = None
-        if isinstance(token, str) and 0 < len(token) <= 500:
-            name = await in_thread(lambda: service.roster().holder(token.strip()))
+        if TOKEN_SHAPE.fullmatch(token):
+            name = await in_thread(lambda: service.roster().holder(token))
         if name is None:
             return _page(
                 request,
@@ -375,7 +510,7 @@ def mount(app: FastAPI, service_of: Callable[[], RecoveryService], writer: Any) 
                 "rotated, or its operator removed). Ask for a new one: "
                 "devs operator rotate NAME.",
             )
-        cookie = await in_thread(lambda: session_cookie(service, name))
+        cookie = await in_thread(lambda: session_cookie(service, name, key))
         answer = RedirectResponse(f"{PREFIX}/", 303, headers=HEADERS)
         answer.set_cookie(
             COOKIE,
@@ -406,9 +541,7 @@ def mount(app: FastAPI, service_of: Callable[[], RecoveryService], writer: Any) 
         if operator is None:
             return _to_login(request)
         service = service_of()
-        position, (items, total) = await in_thread(
-            lambda: (service.catch_up(), inbox_items(service))
-        )
+        position, items, total = await in_thread(lambda: inbox_at(service))
         return _page(
             request,
             "inbox.html",
@@ -428,14 +561,14 @@ def mount(app: FastAPI, service_of: Callable[[], RecoveryService], writer: Any) 
         service = service_of()
         after = _position(request.query_params.get("after"))
 
-        def read() -> tuple[list[Item], int]:
+        def read() -> tuple[int, list[Item], int]:
             if after is not None:
                 # At most 2 s; then what the read models hold now.
                 with contextlib.suppress(DevsError):
                     service.wait_for(after, timeout=2.0)
-            return inbox_items(service)
+            return inbox_at(service)
 
-        items, total = await in_thread(read)
+        _, items, total = await in_thread(read)
         html = templates.get_template("inbox_items.html").render(
             base=PREFIX,
             resolutions=[r.value for r in Resolution],
@@ -449,9 +582,13 @@ def mount(app: FastAPI, service_of: Callable[[], RecoveryService], writer: Any) 
         operator = await operator_of(request)
         if operator is None:
             return Response("sign in", 401, headers=HEADERS)
-        service = service_of()
+        after = _position(request.query_params.get("after"))
+
+        async def still_signed_in() -> bool:
+            return await operator_of(request) == operator
+
         return StreamingResponse(
-            _log_moves(service, _position(request.query_params.get("after"))),
+            _log_moves(watch, after, still_signed_in),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -468,7 +605,9 @@ def mount(app: FastAPI, service_of: Callable[[], RecoveryService], writer: Any) 
             return {
                 "task": task,
                 "report": service.failure_report(task_id),
-                "history": service.history(task_id),
+                "history": service.history(
+                    task_id, after=max(0, task.version - HISTORY_SHOWN)
+                ),
                 "lessons": service.lessons(task_id),
                 "chart": Markup(state_chart_svg(task.state)),
                 "item": _item_of(service, task),
@@ -493,9 +632,15 @@ def mount(app: FastAPI, service_of: Callable[[], RecoveryService], writer: Any) 
         if operator is None:
             return _to_login(request)
         service = service_of()
-        run_ids = await in_thread(lambda: _run_ids(service))
+        run_ids, more = await in_thread(lambda: _run_ids(service))
         return _page(
-            request, "runs.html", title="Runs", operator=operator, run_ids=run_ids
+            request,
+            "runs.html",
+            title="Runs",
+            operator=operator,
+            run_ids=run_ids,
+            more=more,
+            scanned=RUNS_SCANNED,
         )
 
     @router.get("/runs/{run_id:path}")
@@ -583,8 +728,7 @@ def mount(app: FastAPI, service_of: Callable[[], RecoveryService], writer: Any) 
         operator = await operator_of(request)
         if operator is None:
             return _to_login(request)
-        form = await request.form()
-        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        fields = await read_form(request)
         task_id = fields.get("task_id", "")
         reason = fields.get("reason", "").strip() or "(no reason given)"
         service = service_of()
@@ -638,18 +782,26 @@ def mount(app: FastAPI, service_of: Callable[[], RecoveryService], writer: Any) 
 
 
 def _item_of(service: RecoveryService, task: TaskSummary) -> Item | None:
-    for item in inbox_items(service)[0]:
-        if item.task_id == task.task_id:
-            return item
-    return None
+    items, _ = inbox_items(service, only=task.task_id)
+    return items[0] if items else None
 
 
-def _run_ids(service: RecoveryService) -> list[str]:
+RUNS_SCANNED = 10_000
+"""Tasks the runs page reads to find the runs (in task-id order)."""
+
+
+def _run_ids(service: RecoveryService) -> tuple[list[str], bool]:
+    """The runs of the first :data:`RUNS_SCANNED` tasks, and whether there
+    are tasks past them (whose runs may be missing from the list)."""
     seen: dict[str, None] = {}
-    for entry in service.tasks(limit=10_000):
+    entries = service.tasks(limit=RUNS_SCANNED)
+    for entry in entries:
         if entry.run_id is not None:
             seen[entry.run_id] = None
-    return sorted(seen)
+    more = len(entries) == RUNS_SCANNED and bool(
+        service.tasks(after=entries[-1].task_id, limit=1)
+    )
+    return sorted(seen), more
 
 
 def _position(text: str | None) -> int | None:
@@ -658,31 +810,42 @@ def _position(text: str | None) -> int | None:
     return int(text)
 
 
-def _log_moves(service: RecoveryService, after: int | None) -> Iterator[bytes]:
+async def _log_moves(
+    watch: LogWatch, after: int | None, signed_in: Callable[[], Awaitable[bool]]
+) -> AsyncIterator[bytes]:
     """An SSE stream with one event each time the log grows (its data: the
-    new end): the console then fetches what changed. Ends with the server."""
+    new end): the console then fetches what changed. It ends with the server,
+    or when its session no longer holds (checked every
+    :data:`SESSION_RECHECK` seconds: a rotated operator stops hearing)."""
     from devs.adapters.http import STREAMS_END
 
     yield b"retry: 1000\n\n"
     last = after
-    quiet_since = time.monotonic()
-    while not STREAMS_END.is_set():
-        try:
-            end = service.recorder.max_notification_id() or 0
-        except Exception:
-            yield b": the store is unavailable; waiting for it\n\n"
-            STREAMS_END.wait(1.0)
-            continue
-        if last is None:
-            last = end
-        if end > last:
-            last = end
-            quiet_since = time.monotonic()
-            yield b"id: %d\nevent: log\ndata: %d\n\n" % (end, end)
-        elif time.monotonic() - quiet_since >= LIVE_HEARTBEAT:
-            quiet_since = time.monotonic()
-            yield b": quiet\n\n"
-        STREAMS_END.wait(LIVE_POLL)
+    quiet_since = checked = time.monotonic()
+    watch.listeners += 1
+    try:
+        while not STREAMS_END.is_set():
+            await watch.next(LIVE_HEARTBEAT)
+            now = time.monotonic()
+            if now - checked >= SESSION_RECHECK:
+                checked = now
+                if not await signed_in():
+                    yield b"event: signed-out\ndata: {}\n\n"
+                    return
+            end = watch.end
+            if watch.failure is not None:
+                yield b": the store is unavailable; waiting for it\n\n"
+            elif end is not None and last is None:
+                last = end
+            elif end is not None and last is not None and end > last:
+                last = end
+                quiet_since = now
+                yield b"id: %d\nevent: log\ndata: %d\n\n" % (end, end)
+            if now - quiet_since >= LIVE_HEARTBEAT:
+                quiet_since = now
+                yield b": quiet\n\n"
+    finally:
+        watch.listeners -= 1
 
 
 __all__ = ["COOKIE", "PREFIX", "SESSION_SECONDS", "mount"]

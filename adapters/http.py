@@ -53,6 +53,7 @@ from devs.adapters.config import (
     Backend,
     Settings,
     backend_of,
+    check_secret,
     check_token,
     open_service,
 )
@@ -89,7 +90,7 @@ from devs.domain import (
 from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import NO_WAIT, WouldWait
 from devs.domain.names import ResolutionValue
-from devs.domain.operators import TOKEN_PREFIX
+from devs.domain.operators import TOKEN_PREFIX, TOKEN_SHAPE
 from devs.domain.redaction import redact
 from devs.domain.values import Limit, Position, TaskId, parse_time, validated
 
@@ -367,7 +368,13 @@ class Callers:
             elif given[: len(OPERATOR_BEARER)].lower() == OPERATOR_BEARER:
                 token = given[len("bearer ") :].decode("latin-1")
                 try:
-                    operator = await self.served.operator_of(token)
+                    # A token of another shape is no one's: refused without
+                    # reading the roster.
+                    operator = (
+                        await self.served.operator_of(token)
+                        if TOKEN_SHAPE.fullmatch(token)
+                        else None
+                    )
                 except StoreError as error:
                     answer = error_response(503, StoreError.kind, str(error))
                     answer.headers["Retry-After"] = str(math.ceil(STORE_RETRY_AFTER))
@@ -408,6 +415,9 @@ def acting(service: RecoveryService, operator: str | None, given: str | None) ->
     it cannot answer for a person). With no operator at all, as before the
     roster: the body's ``actor``, required."""
     if operator is not None:
+        if operator not in service.roster().members:  # removed since its request
+            msg = f"operator {operator!r} was removed; nothing was written"
+            raise Forbidden(msg)
         if given is not None and given != operator:
             msg = (
                 f"actor {given!r} is not the operator whose token was sent "
@@ -418,10 +428,10 @@ def acting(service: RecoveryService, operator: str | None, given: str | None) ->
         return operator
     if service.roster().members:
         msg = (
-            "a human action needs an operator's token once operators exist "
-            "(Authorization: Bearer <operator token>; `devs operator add NAME` "
-            "makes one): the service token, which agents hold, cannot answer "
-            "for a person; nothing was written"
+            "a human action needs an operator's own token, sent as the bearer "
+            "token, once operators exist (`devs operator add NAME` makes one): "
+            "the service token, which agents hold, cannot answer for a person; "
+            "nothing was written"
         )
         raise Forbidden(msg)
     if given is None:
@@ -658,6 +668,7 @@ class Served:
         path: str,
         body: Body,
         call: Callable[[RecoveryService], BaseModel],
+        caller: str | None = None,
     ) -> Response:
         """Do a command (once per ``Idempotency-Key``, when one is given) and
         answer it, with the log position it reached (:class:`Writer` says
@@ -672,6 +683,8 @@ class Served:
                     value = call(service)
                 else:
                     request = f"POST {path}\n{body.model_dump_json()}"
+                    if caller is not None:  # one operator's key is not another's
+                        request += f"\noperator {caller}"
                     try:
                         with service.exactly_once(key, request):
                             value = call(service)
@@ -1122,6 +1135,7 @@ async def resume(
         lambda s: s.resume(
             task_id, actor=acting(s, operator, body.actor), reason=body.reason
         ),
+        caller=operator,
     )
 
 
@@ -1145,6 +1159,7 @@ async def rewind(
             reason=body.reason,
             to_commit=body.to_commit,
         ),
+        caller=operator,
     )
 
 
@@ -1165,6 +1180,7 @@ async def skip(
         lambda s: s.skip(
             task_id, actor=acting(s, operator, body.actor), reason=body.reason
         ),
+        caller=operator,
     )
 
 
@@ -1183,6 +1199,7 @@ async def claim(
         f"/tasks/{task_id}/claim",
         body,
         lambda s: s.claim_handoff(task_id, actor=acting(s, operator, body.actor)),
+        caller=operator,
     )
 
 
@@ -1206,6 +1223,7 @@ async def resolve(
             resolution=body.resolution,
             reason=body.reason,
         ),
+        caller=operator,
     )
 
 
@@ -1341,10 +1359,13 @@ def create_app(
     *,
     token: str | None = None,
     read_wait: float | None = None,
+    console_secret: str | None = None,
 ) -> FastAPI:
     """The ASGI app over ``service`` (or what ``service()`` opens at startup,
     closed at shutdown). With ``token``, every request but ``/healthz`` and
-    the documentation needs ``Authorization: Bearer <token>``."""
+    the documentation needs ``Authorization: Bearer <token>``.
+    ``console_secret`` signs the console's sessions (``DEVS_CONSOLE_SECRET``;
+    default: a random one for this app, its sessions ending with it)."""
     served = Served(service, read_wait)
     mcp = McpEndpoint(served, guarded=token is not None)
 
@@ -1384,7 +1405,12 @@ def create_app(
     app.router.routes.append(Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]))
     from devs.adapters import console
 
-    console.mount(app, lambda: served.service, served.writer)
+    if console_secret is not None:
+        try:
+            check_secret(console_secret)
+        except ValueError as error:
+            raise InvalidInput(str(error), field="console_secret") from None
+    console.mount(app, lambda: served.service, served.writer, secret=console_secret)
     return app
 
 
@@ -1661,6 +1687,10 @@ def app_from_env() -> FastAPI:
     (``DEVS_READ_WAIT``)."""
     settings = Settings()
     token = settings.api_token.get_secret_value() if settings.api_token else None
+    secret = settings.console_secret
     return create_app(
-        lambda: open_service(settings), token=token, read_wait=settings.read_wait
+        lambda: open_service(settings),
+        token=token,
+        read_wait=settings.read_wait,
+        console_secret=secret.get_secret_value() if secret else None,
     )

@@ -11,14 +11,15 @@ token is 256 random bits, so a fast hash is as good as a slow one, and a check
 compares it with every operator's in constant time (``hmac.compare_digest``).
 An operator's token is what lets the HTTP service record a human action under
 that operator's name (docs/security.md); the console's session cookie is
-signed with a key derived from the same hash, so a rotation or a removal ends
-the operator's sessions too.
+signed with a key derived from the server's secret and the same hash, so a
+rotation or a removal ends the operator's sessions too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from datetime import datetime
 from typing import ClassVar
@@ -34,6 +35,10 @@ TOKEN_PREFIX = "devs_op_"
 """What every operator token starts with: the HTTP service tells an operator's
 token from the service's own by it, and a secret scanner can find one."""
 TOKEN_BYTES = 32
+TOKEN_SHAPE = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_\-]{43}")
+"""What every token :func:`new_token` makes looks like (256 bits are 43
+characters of URL-safe base64): anything else is no one's token, known
+without reading the roster."""
 
 
 def new_token() -> str:
@@ -150,13 +155,15 @@ class Operators(Aggregate):
                 found = name
         return found
 
-    def key_of(self, name: str) -> bytes | None:
-        """The key an operator's console sessions are signed with: derived
-        from its current token's hash (``None`` for no such operator)."""
+    def key_of(self, name: str, secret: bytes) -> bytes | None:
+        """The key an operator's console sessions are signed with: the
+        server's ``secret`` (never in the store) and the operator's current
+        token hash, so reading the store is not enough to forge a session,
+        and a rotation ends them (``None`` for no such operator)."""
         member = self.members.get(name)
         if member is None:
             return None
-        return hashlib.sha256(b"devs-console\0" + member.token_hash.encode()).digest()
+        return hmac.new(secret, member.token_hash.encode(), hashlib.sha256).digest()
 
     def _require(self, name: str) -> Member:
         member = self.members.get(name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import secrets
 
 import click
 
@@ -15,7 +16,14 @@ from devs.adapters.cli.base import (
     handles_errors,
     pass_context,
 )
-from devs.adapters.config import DB_ENV, Backend, Projections, Settings, backend_of
+from devs.adapters.config import (
+    CONSOLE_SECRET_ENV,
+    DB_ENV,
+    Backend,
+    Projections,
+    Settings,
+    backend_of,
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -63,6 +71,12 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
             ExitCode.REFUSED,
         )
     os.environ[DB_ENV] = settings.db  # the workers open the same database
+    if settings.console_secret is None:
+        # One key for the console's sessions, shared by this server's
+        # workers (a session signed by one is good on the others); a new one
+        # at each start signs everyone out. Several servers share one with
+        # DEVS_CONSOLE_SECRET.
+        os.environ[CONSOLE_SECRET_ENV] = secrets.token_urlsafe(32)
     app = ctx.app
     projector = (
         backend_of(app) is Backend.POSTGRES

@@ -5,13 +5,17 @@ same pages in Chromium."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
+import time
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from itsdangerous import TimestampSigner
 
 from devs.adapters.config import Settings, open_service
 from devs.adapters.console import COOKIE, SESSION_SECONDS
@@ -20,6 +24,7 @@ from devs.domain import Outcome, RecoveryService
 from tests.helpers import event_count
 
 TOKEN = "test-token-0123456789"
+SECRET = "console-secret-0123456789abcdefghijklmnop"
 HOST = "http://testserver"
 SAME = {"Origin": HOST}
 HOSTILE = [
@@ -32,7 +37,7 @@ HOSTILE = [
 @pytest.fixture
 def console(db_path: Path) -> Iterator[tuple[TestClient, RecoveryService]]:
     service = open_service(Settings(db=str(db_path)))
-    app = create_app(service, token=TOKEN, read_wait=0.3)
+    app = create_app(service, token=TOKEN, read_wait=0.3, console_secret=SECRET)
     with TestClient(app, follow_redirects=False) as client:
         yield client, service
     service.close()
@@ -449,10 +454,100 @@ def test_static_assets_come_from_the_package_and_nothing_from_elsewhere(
     assert script.headers["content-type"].startswith("text/javascript")
     assert "EventSource" in script.text
     assert client.get("/console/static/console.css").status_code == 200
-    assert client.get("/console/static/../http.py").status_code == 404
-    assert client.get("/console/static/nope.js").status_code == 404
+    for name in ("nope.js", "__init__.py", "inbox.html"):
+        assert client.get(f"/console/static/{name}").status_code == 404, name
     sign_in(client, service)
     page = client.get("/console/")
     assert re.search(r"(src|href)=\"https?://", page.text) is None
     assert "<script>" not in page.text  # no inline script anywhere
     assert " style=" not in page.text
+
+
+def test_an_expired_session_or_one_signed_with_another_secret_is_refused(
+    console: tuple[TestClient, RecoveryService],
+) -> None:
+    client, service = console
+    sign_in(client, service)
+    key = service.roster().key_of("alice", SECRET.encode())
+    assert key is not None
+    encoded = base64.urlsafe_b64encode(b"alice").rstrip(b"=")
+
+    class Then(TimestampSigner):
+        def get_timestamp(self) -> int:
+            return int(time.time()) - SESSION_SECONDS - 5
+
+    def signed(signer: TimestampSigner) -> str:
+        return signer.sign(encoded).decode()
+
+    salt = "devs-console-session"
+    fresh = signed(TimestampSigner(key, salt=salt, digest_method=hashlib.sha256))
+    old = signed(Then(key, salt=salt, digest_method=hashlib.sha256))
+    # What a copy of the store gives: the token hash, without the secret.
+    stolen = service.roster().key_of("alice", b"guessed without the secret")
+    assert stolen is not None
+    forged = signed(TimestampSigner(stolen, salt=salt, digest_method=hashlib.sha256))
+    client.cookies.clear()
+    for cookie, status in ((fresh, 200), (old, 303), (forged, 303)):
+        answer = client.get("/console/", headers={"Cookie": f"{COOKIE}={cookie}"})
+        assert answer.status_code == status
+
+
+def test_a_post_from_this_host_on_another_port_is_refused(
+    console: tuple[TestClient, RecoveryService],
+) -> None:
+    client, service = console
+    escalate(service, "t1")
+    sign_in(client, service)
+    before = event_count(service)
+    for origin in (
+        "http://testserver:8081",
+        "https://testserver",
+        "http://testserver.",
+    ):
+        answer = client.post(
+            "/console/actions/skip", data={"task_id": "t1"}, headers={"Origin": origin}
+        )
+        assert answer.status_code == 403, origin
+    assert event_count(service) == before
+
+
+def test_a_huge_form_is_refused_unread_and_writes_nothing(
+    console: tuple[TestClient, RecoveryService],
+) -> None:
+    client, service = console
+    escalate(service, "t1")
+    sign_in(client, service)
+    before = event_count(service)
+    huge = client.post(
+        "/console/actions/resume",
+        data={"task_id": "t1", "reason": "x" * 100_000},
+        headers=SAME,
+    )
+    assert huge.status_code == 413
+    assert "larger than 16,384 bytes" in huge.text
+    assert huge.headers["content-security-policy"].startswith("default-src")
+    many = client.post(
+        "/console/actions/resume",
+        content="&".join(f"f{i}=1" for i in range(50)),
+        headers={**SAME, "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert many.status_code == 422
+    login = client.post("/console/login", data={"token": "x" * 20_000}, headers=SAME)
+    assert login.status_code == 413
+    assert event_count(service) == before
+
+
+def test_service_errors_on_console_pages_are_pages(
+    console: tuple[TestClient, RecoveryService],
+) -> None:
+    client, service = console
+    sign_in(client, service)
+    for path, status in (
+        ("/console/tasks/%20bad", 422),
+        ("/console/tasks/" + "x" * 300, 422),
+        ("/console/runs/%20bad", 422),
+    ):
+        answer = client.get(path)
+        assert answer.status_code == status, (path, answer.text[:200])
+        assert answer.headers["content-type"].startswith("text/html"), path
+        assert "content-security-policy" in answer.headers

@@ -14,9 +14,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from devs.adapters.config import Settings, open_service
-from devs.adapters.http import create_app
+from devs.adapters.http import acting, create_app
 from devs.domain import (
     AlreadyExists,
+    Forbidden,
     InvalidInput,
     Outcome,
     RecoveryService,
@@ -180,8 +181,14 @@ def test_once_operators_exist_the_service_token_may_not_answer_for_people(
     for sent in (body, {**body, "actor": "alice"}):
         refused = client.post(f"/tasks/t1/{action}", json=sent, headers=AUTH)
         assert refused.status_code == 403, refused.text
-        assert refused.json()["error"] == "forbidden"
-        assert "operator" in refused.json()["detail"]
+        assert refused.json() == {
+            "error": "forbidden",
+            "field": None,
+            "detail": "a human action needs an operator's own token, sent as the "
+            "bearer token, once operators exist (`devs operator add NAME` makes "
+            "one): the service token, which agents hold, cannot answer for a "
+            "person; nothing was written",
+        }
     assert event_count(service) == before
     # Another name in the body, with alice's token: refused, nothing written.
     posed = client.post(
@@ -259,3 +266,43 @@ def test_a_server_without_a_token_still_needs_an_operator_for_people(
             assert answer.status_code == 200, answer.text
     finally:
         service.close()
+
+
+def test_an_idempotency_key_is_one_operator_s_and_never_answers_for_another(
+    served: tuple[TestClient, RecoveryService],
+) -> None:
+    client, service = served
+    escalate(service)
+    alice = service.add_operator("alice", actor="root").token
+    bob = service.add_operator("bob", actor="root").token
+    body = {"reason": "go"}
+    key = {"Idempotency-Key": "answer-1"}
+    first = client.post("/tasks/t1/resume", json=body, headers={**_as(alice), **key})
+    assert first.status_code == 200
+    assert first.json()["actor"] == "alice"
+    again = client.post("/tasks/t1/resume", json=body, headers={**_as(alice), **key})
+    assert again.json() == first.json()  # alice's retry: her first answer
+    before = event_count(service)
+    # Bob's request is another request: his key must be his own.
+    other = client.post("/tasks/t1/resume", json=body, headers={**_as(bob), **key})
+    assert other.status_code == 422
+    assert other.json()["field"] == "Idempotency-Key"
+    assert "alice" not in other.text
+    own = client.post(
+        "/tasks/t1/resume", json=body, headers={**_as(bob), "Idempotency-Key": "b"}
+    )
+    assert own.status_code == 409  # decided as his own: nothing to resume
+    agent = client.post("/tasks/t1/resume", json=body, headers={**AUTH, **key})
+    assert agent.status_code == 403
+    assert event_count(service) == before
+
+
+def test_an_operator_removed_before_its_action_is_decided_is_refused(
+    make_service: Any,
+) -> None:
+    service: RecoveryService = make_service()
+    service.add_operator("alice", actor="root")
+    assert acting(service, "alice", None) == "alice"
+    service.remove_operator("alice", actor="root")
+    with pytest.raises(Forbidden, match="removed"):
+        acting(service, "alice", None)
