@@ -121,6 +121,9 @@ def _waited(moment: datetime, now: datetime) -> str:
 
 
 templates.filters["when"] = _when
+# How long an item has waited, at the time the page is drawn (an inbox built
+# once per log position is drawn again as the minutes pass).
+templates.filters["waited"] = lambda moment: _waited(moment, datetime.now(UTC))
 
 
 # ------------------------------------------------------------------ sessions
@@ -181,7 +184,6 @@ class Item:
     kind: str  # "session" or "handoff"
     why: str
     since: datetime
-    waited: str
     task: TaskSummary | None
     failure_count: int
     last_error: str
@@ -243,7 +245,6 @@ def inbox_items(
 ) -> tuple[list[Item], int]:
     """Every pending session and open hand-off (or only task ``only``'s),
     oldest first (at most :data:`INBOX_MAX`), and how many there are in all."""
-    now = datetime.now(UTC)
     sessions: list[PendingSession] = service.pending_sessions()
     handoffs: list[HandoffEntry] = service.handoff_queue()
     if only is not None:
@@ -262,7 +263,6 @@ def inbox_items(
                     kind="session",
                     why=_why(entry, task),
                     since=since,
-                    waited=_waited(since, now),
                     task=task,
                     failure_count=entry.failure_count,
                     last_error=_last_error(task),
@@ -279,7 +279,6 @@ def inbox_items(
                     kind="handoff",
                     why="Hand-off",
                     since=since,
-                    waited=_waited(since, now),
                     task=task,
                     failure_count=entry.payload.failure_count,
                     last_error=_first_line(entry.payload.last_error_excerpt)
