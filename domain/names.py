@@ -32,6 +32,20 @@ that take a plain string (``resolution="return"``); checked against the enum
 by tests/unit/test_names.py, and validated against the enum at run time."""
 
 
+class MessageType(StrEnum):
+    """The ``type`` of a message the outbox sends (a webhook's, as Standard
+    Webhooks names them: ``resource.event``), derived from a recorded event
+    (:mod:`devs.domain.outbox`)."""
+
+    SESSION_OPENED = "session.opened"
+    SESSION_ANSWERED = "session.answered"
+    HANDOFF_OPENED = "handoff.opened"
+    HANDOFF_CLAIMED = "handoff.claimed"
+    HANDOFF_RESOLVED = "handoff.resolved"
+    DEADLINE_EXPIRED = "deadline.expired"
+    TASK_COMPLETED = "task.completed"
+
+
 class HumanAction(StrEnum):
     """What a human did to a task."""
 

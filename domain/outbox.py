@@ -1,0 +1,193 @@
+"""What the outbox sends, derived from recorded events.
+
+Each event a person (or a receiving service) should hear of becomes one
+:class:`OutboxMessage`: a ``type`` (:class:`~devs.domain.names.MessageType`),
+the event's time, and ``data`` — the task, the reason, the state after the
+event, the failure count, the session, who answered. Its ``id`` is derived
+from the event alone (the SHA-256 of its aggregate and version), so every
+reading of the log, every rebuild, every server of one database gives the
+same id: the receiver's idempotency key.
+
+Pure code, like :mod:`devs.domain.journal`: an event in, a message (or
+nothing) out. Texts in events were redacted before they were recorded, so no
+message carries a secret; none carries a token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from functools import singledispatch
+from typing import Any
+
+from devs.domain.chart import TaskState
+from devs.domain.model import Immutable
+from devs.domain.names import HAND_OFF_REQUIRED, MessageType
+from devs.domain.task import Task, TaskEvent, task_id_of
+
+
+class OutboxMessage(Immutable):
+    """One message to send, as Standard Webhooks' payload has it: ``type``,
+    ``timestamp``, ``data``; ``id`` is its ``webhook-id``."""
+
+    id: str
+    type: MessageType
+    timestamp: datetime
+    task_id: str
+    position: int
+    """The log position of the event it comes from."""
+    data: dict[str, Any]
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON body: ``{"type", "timestamp", "data"}``."""
+        return {
+            "type": self.type.value,
+            "timestamp": self.timestamp.isoformat(),
+            "data": self.data,
+        }
+
+
+def message_id(originator_id: str, originator_version: int) -> str:
+    """The stable id of the message an event gives: ``msg_`` and 32 hex
+    characters of the SHA-256 of the event's aggregate and version."""
+    digest = hashlib.sha256(f"{originator_id}\0{originator_version}".encode())
+    return "msg_" + digest.hexdigest()[:32]
+
+
+def _message(
+    e: TaskEvent, position: int, kind: MessageType, **fields: Any
+) -> OutboxMessage:
+    task_id = task_id_of(e.originator_id)
+    data = {
+        "task_id": task_id,
+        "state": e.state_after(_BEFORE[type(e)]).value,
+        "version": e.originator_version,
+        "position": position,
+        **{key: value for key, value in fields.items() if value is not None},
+    }
+    return OutboxMessage(
+        id=message_id(e.originator_id, e.originator_version),
+        type=kind,
+        timestamp=e.timestamp,
+        task_id=task_id,
+        position=position,
+        data=data,
+    )
+
+
+@singledispatch
+def message_of(domain_event: Any, position: int) -> OutboxMessage | None:
+    """The message ``domain_event`` (recorded at ``position``) sends, if any."""
+    return None
+
+
+@message_of.register
+def _(e: Task.Escalated, position: int) -> OutboxMessage:
+    return _message(
+        e,
+        position,
+        MessageType.SESSION_OPENED,
+        reason=e.session.reason.value,
+        session_id=e.session.session_id,
+        failure_count=e.report.failure_count,
+        last_error=e.report.last_error,
+    )
+
+
+@message_of.register
+def _(e: Task.Paused, position: int) -> OutboxMessage:
+    return _message(
+        e,
+        position,
+        MessageType.SESSION_OPENED,
+        reason=e.session.reason.value,
+        session_id=e.session.session_id,
+        entropy_score=e.session.entropy_score,
+    )
+
+
+@message_of.register
+def _(e: Task.HandedOff, position: int) -> OutboxMessage:
+    return _message(
+        e,
+        position,
+        MessageType.HANDOFF_OPENED,
+        reason=HAND_OFF_REQUIRED,
+        failure_count=e.payload.failure_count,
+        last_error=e.payload.last_error_excerpt,
+        agent=e.payload.originating_agent,
+    )
+
+
+def _answered(
+    e: Task.Resumed | Task.Rewound | Task.Skipped, position: int, action: str
+) -> OutboxMessage | None:
+    if e.session_id is None:  # not an answer to a session (a skip while running)
+        return None
+    return _message(
+        e,
+        position,
+        MessageType.SESSION_ANSWERED,
+        action=action,
+        session_id=e.session_id,
+        actor=e.actor,
+        reason=e.reason,
+    )
+
+
+@message_of.register
+def _(e: Task.Resumed, position: int) -> OutboxMessage | None:
+    return _answered(e, position, "resume")
+
+
+@message_of.register
+def _(e: Task.Rewound, position: int) -> OutboxMessage | None:
+    return _answered(e, position, "rewind")
+
+
+@message_of.register
+def _(e: Task.Skipped, position: int) -> OutboxMessage | None:
+    return _answered(e, position, "skip")
+
+
+@message_of.register
+def _(e: Task.HandoffClaimed, position: int) -> OutboxMessage:
+    return _message(e, position, MessageType.HANDOFF_CLAIMED, actor=e.actor)
+
+
+@message_of.register
+def _(e: Task.HandoffResolved, position: int) -> OutboxMessage:
+    return _message(
+        e,
+        position,
+        MessageType.HANDOFF_RESOLVED,
+        actor=e.actor,
+        reason=e.reason,
+        resolution=e.resolution.value,
+    )
+
+
+@message_of.register
+def _(e: Task.GatePassed, position: int) -> OutboxMessage:
+    return _message(e, position, MessageType.TASK_COMPLETED, gate=e.gate)
+
+
+_BEFORE: dict[type[Any], TaskState] = {
+    Task.Escalated: TaskState.RUNNING,
+    Task.Paused: TaskState.RUNNING,
+    Task.HandedOff: TaskState.RUNNING,
+    Task.Resumed: TaskState.ESCALATION,
+    Task.Rewound: TaskState.ESCALATION,
+    Task.Skipped: TaskState.ESCALATION,
+    Task.HandoffClaimed: TaskState.HAND_OFF,
+    Task.HandoffResolved: TaskState.HAND_OFF,
+    Task.GatePassed: TaskState.RUNNING,
+}
+"""A state each event may follow: the state after an event of these classes
+is the same from every state it may follow (the chart says so; the tests
+check it), so a message needs no fold of the task to name it."""
+
+MESSAGING_EVENTS: tuple[type[Any], ...] = tuple(
+    cls for cls in message_of.registry if cls is not object
+)
+"""The event classes :func:`message_of` turns into messages."""

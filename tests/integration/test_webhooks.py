@@ -1,0 +1,265 @@
+"""The outbox's messages (derived from the log) and the webhooks that carry
+them: Standard Webhooks' signature, one attempt against a loopback receiver,
+the retry schedule, the settings."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import httpx
+import orjson
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from devs.adapters.webhooks import (
+    DEFAULT_BACKOFF,
+    JITTER,
+    Attempted,
+    attempt,
+    next_wait,
+    shown,
+    webhook_settings,
+)
+from devs.domain import InvalidInput, Outcome, RecoveryService
+from devs.domain.names import MessageType
+from devs.domain.outbox import OutboxMessage, message_of
+
+SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
+OLD_SECRET = "whsec_" + base64.b64encode(b"fedcba9876543210fedcba9876543210").decode()
+
+
+def messages(service: RecoveryService) -> list[OutboxMessage]:
+    found = []
+    for notification in service.recorder.select_notifications(start=1, limit=10_000):
+        event = service.mapper.to_domain_event(notification)
+        message = message_of(event, notification.id)
+        if message is not None:
+            found.append(message)
+    return found
+
+
+def test_each_stop_answer_and_end_is_one_message_with_a_stable_id(
+    service: RecoveryService,
+) -> None:
+    service.start_task("t1", agent="coder")
+    for i in range(3):
+        service.record_gate("t1", 1, strategy=f"s{i}", error=f"E   boom {i}")
+    service.resume("t1", actor="ann", reason="go on")
+    for i in range(3, 5):
+        decision = service.record_gate("t1", 1, strategy=f"s{i}", error=f"E {i}")
+        if decision.outcome is Outcome.ESCALATE:
+            service.resume("t1", actor="ann", reason="once more")
+    assert decision.outcome is Outcome.HAND_OFF
+    service.claim_handoff("t1", actor="bob")
+    service.resolve_handoff("t1", actor="bob", resolution="return", reason="try")
+    service.record_gate("t1", 0)
+    found = messages(service)
+    assert [m.type for m in found] == [
+        MessageType.SESSION_OPENED,
+        MessageType.SESSION_ANSWERED,
+        MessageType.SESSION_OPENED,
+        MessageType.SESSION_ANSWERED,
+        MessageType.HANDOFF_OPENED,
+        MessageType.HANDOFF_CLAIMED,
+        MessageType.HANDOFF_RESOLVED,
+        MessageType.TASK_COMPLETED,
+    ]
+    opened = found[0].data
+    assert opened["task_id"] == "t1"
+    assert opened["state"] == "ESCALATION"
+    assert opened["reason"] == "max_retries"
+    assert opened["failure_count"] == 3
+    assert opened["session_id"]
+    assert found[1].data["actor"] == "ann"
+    assert found[1].data["state"] == "RUNNING"
+    assert found[6].data["resolution"] == "return"
+    assert found[7].data["state"] == "COMPLETED"
+    # The ids: one per event, the same at every reading of the log.
+    assert len({m.id for m in found}) == len(found)
+    assert [m.id for m in messages(service)] == [m.id for m in found]
+    assert all(m.id.startswith("msg_") and len(m.id) == 36 for m in found)
+
+
+def test_messages_carry_no_secret(service: RecoveryService) -> None:
+    service.start_task("t1")
+    for i in range(3):
+        service.record_gate("t1", 1, strategy=f"s{i}", error="token=ghp_" + "a" * 36)
+    body = orjson.dumps([m.payload() for m in messages(service)])
+    assert b"ghp_" not in body
+
+
+# --------------------------------------------------------------- a receiver
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    answers: ClassVar[list[tuple[int, dict[str, str], float]]] = []
+    received: ClassVar[list[tuple[dict[str, str], bytes]]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", "0"))
+        body = self.rfile.read(length)
+        self.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        status, headers, delay = self.answers.pop(0) if self.answers else (204, {}, 0)
+        time.sleep(delay)
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[str]:
+    Receiver.answers = []
+    Receiver.received = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook?key=s3cret"
+    server.shutdown()
+    server.server_close()
+
+
+def a_message(service: RecoveryService) -> OutboxMessage:
+    service.start_task("t1")
+    for i in range(3):
+        service.record_gate("t1", 1, strategy=f"s{i}", error=f"E {i}")
+    return messages(service)[0]
+
+
+def test_a_delivery_is_signed_as_standard_webhooks_verify_it(
+    service: RecoveryService, receiver: str
+) -> None:
+    message = a_message(service)
+    with httpx.Client() as client:
+        result = attempt(client, receiver, message, SECRET)
+    assert result.outcome is Attempted.DELIVERED
+    assert result.status == 204
+    [(headers, body)] = Receiver.received
+    assert headers["webhook-id"] == message.id
+    assert headers["content-type"] == "application/json"
+    verified = Webhook(SECRET).verify(body, headers)
+    assert verified["type"] == "session.opened"
+    assert verified["data"]["task_id"] == "t1"
+    assert set(verified) == {"type", "timestamp", "data"}
+    with pytest.raises(Exception, match="signature"):
+        Webhook(OLD_SECRET).verify(body, headers)
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome", "retry_after"),
+    [
+        ((500, {}, 0.0), Attempted.RETRY, None),
+        ((429, {"Retry-After": "120"}, 0.0), Attempted.RETRY, 120.0),
+        ((503, {"Retry-After": "soon"}, 0.0), Attempted.RETRY, None),
+        ((410, {}, 0.0), Attempted.GONE, None),
+        ((301, {"Location": "http://elsewhere/"}, 0.0), Attempted.RETRY, None),
+        ((200, {}, 2.0), Attempted.RETRY, None),  # too slow: no answer in time
+    ],
+)
+def test_what_an_attempt_comes_to(
+    service: RecoveryService,
+    receiver: str,
+    answer: tuple[int, dict[str, str], float],
+    outcome: Attempted,
+    retry_after: float | None,
+) -> None:
+    message = a_message(service)
+    Receiver.answers = [answer]
+    with httpx.Client() as client:
+        result = attempt(client, receiver, message, SECRET, timeout=0.5)
+    assert result.outcome is outcome
+    assert result.retry_after == retry_after
+    if outcome is not Attempted.DELIVERED:
+        assert result.error is not None
+        assert "s3cret" not in result.error  # the URL's query is never shown
+
+
+def test_no_receiver_is_a_retry(service: RecoveryService) -> None:
+    message = a_message(service)
+    with httpx.Client() as client:
+        result = attempt(client, "http://127.0.0.1:9/x?token=abc", message, SECRET)
+    assert result.outcome is Attempted.RETRY
+    assert result.status is None
+    assert result.error == "ConnectError calling http://127.0.0.1:9/x"
+
+
+def test_the_retry_schedule_with_jitter_and_retry_after() -> None:
+    backoff = tuple(float(s) for s in DEFAULT_BACKOFF)
+    rng = random.Random(7)
+    for tries, base in enumerate(backoff, 1):
+        wait = next_wait(tries, backoff, rng=rng)
+        assert wait is not None
+        assert base <= wait <= base * (1 + JITTER)
+    assert next_wait(len(backoff) + 1, backoff) is None  # dead-lettered
+    assert next_wait(0, backoff) is None
+    assert next_wait(1, backoff, retry_after=600.0, rng=rng) == 600.0
+    low = next_wait(1, backoff, retry_after=1.0, rng=random.Random(1))
+    assert low is not None
+    assert low >= 5.0
+
+
+def test_settings_are_checked_and_name_the_variable() -> None:
+    settings = webhook_settings(
+        {
+            "DEVS_WEBHOOK_URLS": "https://a.example/h, http://127.0.0.1:8000/x",
+            "DEVS_WEBHOOK_SECRET": f"{SECRET} {OLD_SECRET}",
+        }
+    )
+    assert settings.urls == ("https://a.example/h", "http://127.0.0.1:8000/x")
+    assert settings.secrets == (SECRET, OLD_SECRET)
+    assert settings.backoff == tuple(float(s) for s in DEFAULT_BACKOFF)
+    assert not webhook_settings({}).enabled
+    custom = webhook_settings({"DEVS_WEBHOOK_BACKOFF": "1, 2.5,60"})
+    assert custom.backoff == (1.0, 2.5, 60.0)
+    for environ, field, words in (
+        ({"DEVS_WEBHOOK_URLS": "ftp://x/"}, "DEVS_WEBHOOK_URLS", "not an http"),
+        ({"DEVS_WEBHOOK_URLS": "https://x/"}, "DEVS_WEBHOOK_SECRET", "must be set"),
+        ({"DEVS_WEBHOOK_SECRET": "hunter2hunter2"}, "DEVS_WEBHOOK_SECRET", "whsec_"),
+        ({"DEVS_WEBHOOK_SECRET": "whsec_c2hvcnQ="}, "DEVS_WEBHOOK_SECRET", "16 bytes"),
+        ({"DEVS_WEBHOOK_BACKOFF": "5,nan"}, "DEVS_WEBHOOK_BACKOFF", "'nan'"),
+        ({"DEVS_WEBHOOK_BACKOFF": "5,-1"}, "DEVS_WEBHOOK_BACKOFF", "'-1'"),
+        ({"DEVS_WEBHOOK_BACKOFF": "5,,6"}, "DEVS_WEBHOOK_BACKOFF", "''"),
+    ):
+        with pytest.raises(InvalidInput) as refused:
+            webhook_settings(environ)
+        assert refused.value.field == field
+        assert words in str(refused.value)
+        assert "hunter2" not in str(refused.value)
+    assert shown("https://user:pw@hooks.example:8443/p/q?key=1") == (
+        "https://hooks.example:8443/p/q"
+    )
+
+
+def test_the_state_a_message_names_is_the_same_from_every_state_its_event_follows() -> (
+    None
+):
+    """``message_of`` names the state after an event without folding the
+    task: the chart must give one destination from every source."""
+    from devs.domain.chart import MACHINE_SPEC, destination
+    from devs.domain.outbox import _BEFORE
+
+    checked = 0
+    for cls, before in _BEFORE.items():
+        trigger = getattr(cls, "trigger", None)
+        if trigger is None:  # a resolution: each has a trigger of its own
+            continue
+        sources: list[str] = []
+        for transition in MACHINE_SPEC["transitions"]:
+            if transition["trigger"] == trigger.value:
+                given = transition["source"]
+                sources += [given] if isinstance(given, str) else given
+        assert before.value in sources, cls
+        after = {destination(trigger, source) for source in sources}
+        assert after == {destination(trigger, before.value)}, cls
+        checked += 1
+    assert checked == len(_BEFORE) - 1
