@@ -124,3 +124,71 @@ def test_an_outage_is_answered_in_seconds_and_ridden_out(
     assert "Traceback" not in errors, errors
     assert "response already started" not in errors, errors
     assert own_server.log_path.read_text(errors="replace").count("already exists") == 0
+
+
+def test_the_console_and_operator_tokens_during_an_outage(
+    tmp_path: Path, own_server: PostgresServer
+) -> None:
+    """A console page, a console answer and an operator's API call while the
+    database is stopped: a 503 (a page for the console) within seconds,
+    nothing written, no traceback; all works again once it is back."""
+    from devs.adapters.config import open_service
+
+    url = create_database(own_server, "console_outage")
+    service = open_service(env={"DEVS_DATABASE_URL": url})
+    token = service.add_operator("alice", actor="root").token
+    service.close()
+    server = Server(
+        tmp_path / "unused.sqlite",
+        env={"DEVS_DATABASE_URL": url, "DEVS_STORE_TIMEOUT": "2"},
+    )
+    console = httpx.Client(base_url=server.url, timeout=30, follow_redirects=False)
+    origin = {"Origin": server.url}
+    try:
+        escalate(server, "stuck")
+        signed = console.post("/console/login", data={"token": token}, headers=origin)
+        assert signed.status_code == 303, signed.text
+        assert console.get("/console/").status_code == 200
+
+        own_server.halt()
+        started = time.monotonic()
+        page = console.get("/console/")
+        assert page.status_code == 503, page.text[:300]
+        assert page.headers["content-type"].startswith("text/html")
+        assert "PostgreSQL is unreachable" in page.text
+        assert time.monotonic() - started < 15
+        answer = console.post(
+            "/console/actions/resume",
+            data={"task_id": "stuck", "reason": "during"},
+            headers=origin,
+        )
+        assert answer.status_code == 503, answer.text[:300]
+        api = httpx.get(
+            f"{server.url}/sessions",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert api.status_code == 503, api.text
+        assert int(api.headers["Retry-After"]) >= 1
+
+        own_server.restart()
+        deadline = time.monotonic() + 60
+        while console.get("/console/").status_code != 200:
+            assert time.monotonic() < deadline, "the console did not come back"
+            time.sleep(0.5)
+        done = console.post(
+            "/console/actions/resume",
+            data={"task_id": "stuck", "reason": "after"},
+            headers=origin,
+        )
+        assert done.status_code == 303, done.text[:300]
+        history = server.client.get("/tasks/stuck/history").json()
+        reasons = [entry["changes"].get("reason") for entry in history]
+        assert "during" not in reasons
+        assert "after" in reasons
+    finally:
+        console.close()
+        server.client.close()
+        server.process.terminate()
+        _, errors = server.process.communicate(timeout=60)
+    assert "Traceback" not in errors, errors
