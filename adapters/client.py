@@ -59,6 +59,7 @@ from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import Written
 from devs.domain.errors import error_of_kind
 from devs.domain.names import ResolutionValue
+from devs.domain.outbox import OutboxMessage
 from devs.domain.service import RecoveryApi
 from devs.domain.values import Limit, Position, TaskId, valid_position, validated
 
@@ -474,6 +475,14 @@ class HttpRecoveryClient:
                 raise InvalidInput(msg, field="since")
             params["since"] = since.isoformat()
         return self._query("/metrics/json", _adapter(Metrics), params=params)  # type: ignore[no-any-return]
+
+    def outbox_messages(
+        self, *, after: int = 0, limit: int = 100
+    ) -> list[OutboxMessage]:
+        params = {"after_position": after, "limit": limit}
+        return self._query(  # type: ignore[no-any-return]
+            "/outbox", _adapter(list[OutboxMessage]), params=params
+        )
 
     def notifications(self, *, after: int = 0, limit: int = 100) -> list[Notification]:
         params = {"after": after, "limit": limit}

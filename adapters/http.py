@@ -91,6 +91,7 @@ from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import NO_WAIT, WouldWait
 from devs.domain.names import ResolutionValue
 from devs.domain.operators import TOKEN_PREFIX, TOKEN_SHAPE
+from devs.domain.outbox import OutboxMessage
 from devs.domain.redaction import redact
 from devs.domain.values import Limit, Position, TaskId, parse_time, validated
 
@@ -1324,6 +1325,21 @@ def list_notifications(
 ) -> list[Notification]:
     """Escalations, pauses, hand-offs and blocked attempts, in log order."""
     return served.service.notifications(after=after, limit=limit)
+
+
+@notifications.get("/outbox")
+def outbox_messages(
+    served: Devs,
+    position: ReadAfter,
+    after_position: Annotated[
+        int, Query(alias="after_position", description="log position to start after")
+    ] = 0,
+    limit: Annotated[int, Query(description="at most this many (1 to 10,000)")] = 100,
+) -> list[OutboxMessage]:
+    """The messages the log asks to send (session.opened, handoff.claimed,
+    …), in log order: the ``outbox`` read model."""
+    with served.service.reading_after(position):
+        return served.service.outbox_messages(after=after_position, limit=limit)
 
 
 @notifications.get(

@@ -74,6 +74,7 @@ from devs.domain.operators import (
     OperatorEntry,
     Operators,
 )
+from devs.domain.outbox import OutboxMessage
 from devs.domain.policy import Policy, load_policy
 from devs.domain.ports import (
     READ_MODELS_TOPIC,
@@ -604,6 +605,17 @@ class RecoveryService(TaskCommands, Audits):
         if run_id is not None and self.read_models.run_state(run_id) is None:
             raise UnknownRun(run_id)
         return self.read_models.metrics(run_id=run_id, since=since)
+
+    @api
+    def outbox_messages(
+        self, *, after: Position = 0, limit: Limit = 100
+    ) -> list[OutboxMessage]:
+        """The messages the log asks to send (``session.opened``,
+        ``handoff.claimed``, …: docs/notifications.md), of the events after
+        log position ``after``, in log order, at most ``limit``; from the
+        ``outbox`` read model."""
+        self._fresh()
+        return self.read_models.outbox_messages(after, limit)
 
     @api
     def notifications(

@@ -16,6 +16,7 @@ from devs.domain.chart import TaskState
 from devs.domain.gate import GateFailureReason
 from devs.domain.model import Immutable
 from devs.domain.names import ResolutionValue, SessionReason
+from devs.domain.outbox import OutboxMessage
 from devs.domain.run import RunStatus
 from devs.domain.task import FailureAnalysisReport, HandoffPayload
 
@@ -271,6 +272,12 @@ class TaskMetrics(Protocol):
         """How the tasks (of one run, started at or after ``since``) went."""
 
 
+class OutboxMessages(Protocol):
+    def outbox_messages(self, after: int, limit: int) -> list[OutboxMessage]:
+        """The messages of the events after log position ``after`` (the
+        ``outbox`` read model), in log order, at most ``limit``."""
+
+
 class ReadModels(
     TaskIndex,
     GateStatuses,
@@ -280,6 +287,7 @@ class ReadModels(
     FailureReports,
     RunStates,
     TaskMetrics,
+    OutboxMessages,
     Protocol,
 ):
     """Every read model of the application, and how they are kept current."""

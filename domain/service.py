@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from devs.domain.chart import StateValue
 from devs.domain.names import ResolutionValue
+from devs.domain.outbox import OutboxMessage
 
 if TYPE_CHECKING:
     from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
@@ -163,6 +164,10 @@ class RecoveryApi(Protocol):
     def notifications(
         self, *, after: int = 0, limit: int = 100
     ) -> list[Notification]: ...
+
+    def outbox_messages(
+        self, *, after: int = 0, limit: int = 100
+    ) -> list[OutboxMessage]: ...
 
     # --------------------------------------------------------------- audit
 

@@ -30,6 +30,7 @@ from devs.projections.hitl_failure_gates import FailureGatesTables
 from devs.projections.hitl_sessions import HumanSessionsTables
 from devs.projections.lessons_learned import LessonsTables
 from devs.projections.metrics import MetricsTables, Select
+from devs.projections.outbox import OutboxTables
 from devs.projections.registry import SQLITE
 from devs.projections.runs import RunsTables
 from devs.projections.task_failures import TaskFailuresTables
@@ -177,6 +178,10 @@ class PostgresMetricsView(MetricsTables, PostgresView):
             yield select
 
 
+class PostgresOutboxView(OutboxTables, PostgresView):
+    """The ``outbox`` read model."""
+
+
 class PostgresRunsView(RunsTables, PostgresView):
     """The ``runs`` read model."""
 
@@ -202,6 +207,7 @@ _VIEWS: dict[str, type[PostgresView]] = {
         PostgresHandoffQueueView,
         PostgresRunsView,
         PostgresMetricsView,
+        PostgresOutboxView,
     )
 }
 POSTGRES: tuple[tuple[type[ReadModelProjection[Any]], type[PostgresView]], ...] = tuple(

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from devs.domain.errors import InvalidInput
+from devs.domain.outbox import OutboxMessage
 from devs.domain.ports import (
     FailureReport,
     GateStatus,
@@ -148,6 +149,12 @@ class ViewQueries:
     def handoff_queue(self) -> list[HandoffEntry]:
         found: list[HandoffEntry] = self._ask(
             lambda: self.views["handoff_queue"].handoff_queue()
+        )
+        return found
+
+    def outbox_messages(self, after: int, limit: int) -> list[OutboxMessage]:
+        found: list[OutboxMessage] = self._ask(
+            lambda: self.views["outbox"].outbox_messages(after, limit)
         )
         return found
 

@@ -20,6 +20,7 @@ from devs.projections.hitl_sessions import (
 )
 from devs.projections.lessons_learned import LessonsProjection, SQLiteLessonsView
 from devs.projections.metrics import MetricsProjection, SQLiteMetricsView
+from devs.projections.outbox import OutboxProjection, SQLiteOutboxView
 from devs.projections.runs import RunsProjection, SQLiteRunsView
 from devs.projections.task_failures import (
     SQLiteTaskFailuresView,
@@ -36,6 +37,7 @@ SQLITE: tuple[tuple[type[ReadModelProjection[Any]], type[SQLiteView]], ...] = (
     (HandoffQueueProjection, SQLiteHandoffQueueView),
     (RunsProjection, SQLiteRunsView),
     (MetricsProjection, SQLiteMetricsView),
+    (OutboxProjection, SQLiteOutboxView),
 )
 """Every read model, in the order events are fed to them (a gate's row refers
 to its session's, which PostgreSQL checks at once). The PostgreSQL views of

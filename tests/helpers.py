@@ -16,7 +16,7 @@ import pytest
 from eventsourcing.sqlite import SQLiteFactory
 
 from devs.adapters.sandbox import sandbox_unavailable
-from devs.domain import RecoveryService
+from devs.domain import Outcome, RecoveryService
 
 
 def event_count(where: Path | RecoveryService) -> int:
@@ -49,6 +49,7 @@ READ_MODEL_TABLES = (
     "metrics_waits",
     "metrics_strategy_failures",
     "metrics_stuck_signals",
+    "outbox_messages",
 )
 
 
@@ -112,3 +113,37 @@ def load_module(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+OUTBOX_STORY = (
+    "session.opened",
+    "session.answered",
+    "session.opened",
+    "session.answered",
+    "handoff.opened",
+    "handoff.claimed",
+    "handoff.resolved",
+    "task.completed",
+)
+"""The message types :func:`outbox_story` makes, in order."""
+
+
+def outbox_story(service: RecoveryService) -> None:
+    """A task through every kind of message: two escalations answered, a
+    hand-off claimed and resolved (complete), a task skipped while running
+    (no message), and another that passes its gate (task.completed)."""
+    service.start_task("t1", agent="coder")
+    for i in range(3):
+        service.record_gate("t1", 1, strategy=f"s{i}", error=f"E   boom {i}")
+    service.resume("t1", actor="ann", reason="go on")
+    for i in range(3, 5):
+        decision = service.record_gate("t1", 1, strategy=f"s{i}", error=f"E {i}")
+        if decision.outcome is Outcome.ESCALATE:
+            service.resume("t1", actor="ann", reason="once more")
+    assert decision.outcome is Outcome.HAND_OFF
+    service.claim_handoff("t1", actor="bob")
+    service.resolve_handoff("t1", actor="bob", resolution="complete", reason="done")
+    service.start_task("t3")
+    service.skip("t3", actor="ann", reason="not needed")
+    service.start_task("t2")
+    service.record_gate("t2", 0)

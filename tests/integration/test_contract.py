@@ -64,6 +64,7 @@ READ_MODELS = (
     "handoff_queue",
     "runs",
     "metrics",
+    "outbox",
 )
 DAG = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}
 BAD_TOPIC = "nowhere:Nothing"

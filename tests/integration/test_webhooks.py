@@ -26,9 +26,9 @@ from devs.adapters.webhooks import (
     shown,
     webhook_settings,
 )
-from devs.domain import InvalidInput, Outcome, RecoveryService
-from devs.domain.names import MessageType
+from devs.domain import InvalidInput, RecoveryService
 from devs.domain.outbox import OutboxMessage, message_of
+from tests.helpers import OUTBOX_STORY, outbox_story
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 OLD_SECRET = "whsec_" + base64.b64encode(b"fedcba9876543210fedcba9876543210").decode()
@@ -47,29 +47,9 @@ def messages(service: RecoveryService) -> list[OutboxMessage]:
 def test_each_stop_answer_and_end_is_one_message_with_a_stable_id(
     service: RecoveryService,
 ) -> None:
-    service.start_task("t1", agent="coder")
-    for i in range(3):
-        service.record_gate("t1", 1, strategy=f"s{i}", error=f"E   boom {i}")
-    service.resume("t1", actor="ann", reason="go on")
-    for i in range(3, 5):
-        decision = service.record_gate("t1", 1, strategy=f"s{i}", error=f"E {i}")
-        if decision.outcome is Outcome.ESCALATE:
-            service.resume("t1", actor="ann", reason="once more")
-    assert decision.outcome is Outcome.HAND_OFF
-    service.claim_handoff("t1", actor="bob")
-    service.resolve_handoff("t1", actor="bob", resolution="return", reason="try")
-    service.record_gate("t1", 0)
+    outbox_story(service)
     found = messages(service)
-    assert [m.type for m in found] == [
-        MessageType.SESSION_OPENED,
-        MessageType.SESSION_ANSWERED,
-        MessageType.SESSION_OPENED,
-        MessageType.SESSION_ANSWERED,
-        MessageType.HANDOFF_OPENED,
-        MessageType.HANDOFF_CLAIMED,
-        MessageType.HANDOFF_RESOLVED,
-        MessageType.TASK_COMPLETED,
-    ]
+    assert [m.type.value for m in found] == list(OUTBOX_STORY)
     opened = found[0].data
     assert opened["task_id"] == "t1"
     assert opened["state"] == "ESCALATION"
@@ -78,7 +58,7 @@ def test_each_stop_answer_and_end_is_one_message_with_a_stable_id(
     assert opened["session_id"]
     assert found[1].data["actor"] == "ann"
     assert found[1].data["state"] == "RUNNING"
-    assert found[6].data["resolution"] == "return"
+    assert found[6].data["resolution"] == "complete"
     assert found[7].data["state"] == "COMPLETED"
     # The ids: one per event, the same at every reading of the log.
     assert len({m.id for m in found}) == len(found)
