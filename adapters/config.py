@@ -329,20 +329,28 @@ TOKEN_MIN = 16
 """The fewest characters an API token may have."""
 
 
+def _unfit(value: str, minimum: int) -> str | None:
+    """What keeps ``value`` from being a bearer token or a key (blank; a
+    space, control or non-ASCII character; fewer than ``minimum``
+    characters), in words that never repeat it; ``None`` if nothing does."""
+    if not value.strip():
+        return "is blank"
+    if not (value.isascii() and value.isprintable()) or any(
+        character.isspace() for character in value
+    ):
+        return "has spaces, control or non-ASCII characters"
+    if len(value) < minimum:
+        return f"has {len(value)} characters"
+    return None
+
+
 def check_token(token: str) -> str:
     """``token`` if it can be an API token: at least :data:`TOKEN_MIN`
     characters of visible ASCII, no space (a bearer token is compared exactly,
     byte for byte); ``InvalidInput`` naming ``DEVS_API_TOKEN`` otherwise,
     never repeating the token."""
-    if not token.strip():
-        problem = "is blank"
-    elif not (token.isascii() and token.isprintable()) or any(
-        character.isspace() for character in token
-    ):
-        problem = "has spaces, control or non-ASCII characters"
-    elif len(token) < TOKEN_MIN:
-        problem = f"has {len(token)} characters"
-    else:
+    problem = _unfit(token, TOKEN_MIN)
+    if problem is None:
         return token
     msg = (
         f"{TOKEN_ENV} {problem}; a token is at least {TOKEN_MIN} visible ASCII "
@@ -360,13 +368,8 @@ def check_secret(secret: str) -> str:
     :data:`CONSOLE_SECRET_MIN` visible ASCII characters, no space; a
     ``ValueError`` naming ``DEVS_CONSOLE_SECRET`` otherwise, never repeating
     it."""
-    if not (secret.isascii() and secret.isprintable()) or any(
-        character.isspace() for character in secret
-    ):
-        problem = "has spaces, control or non-ASCII characters"
-    elif len(secret) < CONSOLE_SECRET_MIN:
-        problem = f"has {len(secret)} characters"
-    else:
+    problem = _unfit(secret, CONSOLE_SECRET_MIN)
+    if problem is None:
         return secret
     msg = (
         f"{CONSOLE_SECRET_ENV} {problem}; it is at least {CONSOLE_SECRET_MIN} "

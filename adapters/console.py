@@ -255,39 +255,36 @@ def inbox_items(
     waiting.sort(key=lambda pair: pair[0])
     items = []
     for since, entry in waiting[:INBOX_MAX]:
-        if isinstance(entry, PendingSession):
-            task = _task_or_none(service, entry.task_id)
-            items.append(
-                Item(
-                    task_id=entry.task_id,
-                    kind="session",
-                    why=_why(entry, task),
-                    since=since,
-                    task=task,
-                    failure_count=entry.failure_count,
-                    last_error=_last_error(task),
-                    signals=_signals(task),
-                    lessons=_lessons(service, entry.task_id),
-                    entropy=entry.entropy_score,
-                )
+        session = isinstance(entry, PendingSession)
+        task_id = entry.task_id if session else entry.payload.task_id
+        task = _task_or_none(service, task_id)
+        common = {
+            "task_id": task_id,
+            "since": since,
+            "task": task,
+            "signals": _signals(task),
+            "lessons": _lessons(service, task_id),
+        }
+        if session:
+            item = Item(
+                kind="session",
+                why=_why(entry, task),
+                failure_count=entry.failure_count,
+                last_error=_last_error(task),
+                entropy=entry.entropy_score,
+                **common,
             )
         else:
-            task = _task_or_none(service, entry.payload.task_id)
-            items.append(
-                Item(
-                    task_id=entry.payload.task_id,
-                    kind="handoff",
-                    why="Hand-off",
-                    since=since,
-                    task=task,
-                    failure_count=entry.payload.failure_count,
-                    last_error=_first_line(entry.payload.last_error_excerpt)
-                    or _last_error(task),
-                    claimed_by=entry.claimed_by,
-                    signals=_signals(task),
-                    lessons=_lessons(service, entry.payload.task_id),
-                )
+            item = Item(
+                kind="handoff",
+                why="Hand-off",
+                failure_count=entry.payload.failure_count,
+                last_error=_first_line(entry.payload.last_error_excerpt)
+                or _last_error(task),
+                claimed_by=entry.claimed_by,
+                **common,
             )
+        items.append(item)
     return items, len(waiting)
 
 
@@ -327,14 +324,39 @@ def _same_origin(request: Request) -> bool:
     return origin.lower() == ours
 
 
-def _refused_origin() -> HTMLResponse:
+OPERATOR_STATE = "console_operator"
+"""Where a request's signed-in operator is kept (``request.state``), for
+the header of a refusal page."""
+
+
+def _refusal(
+    status: int,
+    message: str,
+    *,
+    title: str | None = None,
+    operator: str | None = None,
+) -> HTMLResponse:
+    """Every refusal of the console: ``refused.html`` with ``status``."""
     body = templates.get_template("refused.html").render(
         base=PREFIX,
-        title="Refused",
-        message="This form was sent from another site (its Origin is not this "
-        "console's): nothing was done.",
+        title=title or ("Not found" if status == 404 else "Not done"),
+        message=message,
+        operator=operator,
     )
-    return HTMLResponse(body, 403, headers=HEADERS)
+    return HTMLResponse(body, status, headers=HEADERS)
+
+
+def _status_of(error: DevsError) -> int:
+    return error.http_status if 400 <= error.http_status < 600 else 409
+
+
+def _refused_origin() -> HTMLResponse:
+    return _refusal(
+        403,
+        "This form was sent from another site (its Origin is not this "
+        "console's): nothing was done.",
+        title="Refused",
+    )
 
 
 class ConsoleRoute(APIRoute):
@@ -349,11 +371,11 @@ class ConsoleRoute(APIRoute):
             try:
                 return await handler(request)
             except DevsError as error:
-                status = error.http_status if 400 <= error.http_status < 600 else 409
-                body = templates.get_template("refused.html").render(
-                    base=PREFIX, title="Not done", message=str(error)
+                answer = _refusal(
+                    _status_of(error),
+                    str(error),
+                    operator=getattr(request.state, OPERATOR_STATE, None),
                 )
-                answer = HTMLResponse(body, status, headers=HEADERS)
                 if isinstance(error, StoreError):
                     answer.headers["Retry-After"] = "1"
                 return answer
@@ -454,6 +476,7 @@ def mount(
         name: str | None = await in_thread(
             lambda: session_operator(service, cookie, key)
         )
+        setattr(request.state, OPERATOR_STATE, name)
         return name
 
     def inbox_at(service: RecoveryService) -> tuple[int, list[Item], int]:
@@ -612,17 +635,7 @@ def mount(
                 "item": _item_of(service, task),
             }
 
-        try:
-            context = await in_thread(read)
-        except NotFound as error:
-            return _page(
-                request,
-                "refused.html",
-                404,
-                title="Not found",
-                operator=operator,
-                message=str(error),
-            )
+        context = await in_thread(read)  # an unknown task: ConsoleRoute's 404
         return _page(request, "task.html", title=task_id, operator=operator, **context)
 
     @router.get("/runs")
@@ -648,17 +661,7 @@ def mount(
         if operator is None:
             return _to_login(request)
         service = service_of()
-        try:
-            run = await in_thread(lambda: service.run_state(run_id))
-        except NotFound as error:
-            return _page(
-                request,
-                "refused.html",
-                404,
-                title="Not found",
-                operator=operator,
-                message=str(error),
-            )
+        run = await in_thread(lambda: service.run_state(run_id))
         return _page(
             request,
             "run.html",
@@ -750,26 +753,13 @@ def mount(
         }
         call = calls.get(action)
         if call is None:
-            return _page(
-                request,
-                "refused.html",
-                404,
-                title="Not found",
-                operator=operator,
-                message=f"there is no action {excerpt(action, 40)!r}",
-            )
+            message = f"there is no action {excerpt(action, 40)!r}"
+            return _refusal(404, message, operator=operator)
         try:
             await writer.run(call)
         except DevsError as error:
-            status = error.http_status if 400 <= error.http_status < 600 else 409
-            return _page(
-                request,
-                "refused.html",
-                status,
-                title="Not done",
-                operator=operator,
-                message=f"{action} {task_id}: {error}",
-            )
+            message = f"{action} {task_id}: {error}"
+            return _refusal(_status_of(error), message, operator=operator)
         back = fields.get("back", "")
         target = back if back.startswith(PREFIX + "/") and "//" not in back else None
         done = quote(f"{action}:{task_id}", safe="")

@@ -20,10 +20,10 @@ from datetime import datetime
 from functools import singledispatch
 from typing import Any
 
-from devs.domain.chart import TaskState
+from devs.domain.chart import MACHINE_SPEC, TaskState, Trigger
 from devs.domain.model import Immutable
 from devs.domain.names import HAND_OFF_REQUIRED, MessageType
-from devs.domain.task import Task, TaskEvent, task_id_of
+from devs.domain.task import RESOLUTION_TRIGGERS, Task, TaskEvent, task_id_of
 
 
 class OutboxMessage(Immutable):
@@ -60,7 +60,7 @@ def _message(
     task_id = task_id_of(e.originator_id)
     data = {
         "task_id": task_id,
-        "state": e.state_after(_BEFORE[type(e)]).value,
+        "state": _state_after(e).value,
         "version": e.originator_version,
         "position": position,
         **{key: value for key, value in fields.items() if value is not None},
@@ -172,20 +172,28 @@ def _(e: Task.GatePassed, position: int) -> OutboxMessage:
     return _message(e, position, MessageType.TASK_COMPLETED, gate=e.gate)
 
 
-_BEFORE: dict[type[Any], TaskState] = {
-    Task.Escalated: TaskState.RUNNING,
-    Task.Paused: TaskState.RUNNING,
-    Task.HandedOff: TaskState.RUNNING,
-    Task.Resumed: TaskState.ESCALATION,
-    Task.Rewound: TaskState.ESCALATION,
-    Task.Skipped: TaskState.ESCALATION,
-    Task.HandoffClaimed: TaskState.HAND_OFF,
-    Task.HandoffResolved: TaskState.HAND_OFF,
-    Task.GatePassed: TaskState.RUNNING,
-}
-"""A state each event may follow: the state after an event of these classes
-is the same from every state it may follow (the chart says so; the tests
-check it), so a message needs no fold of the task to name it."""
+def _trigger_of(e: TaskEvent) -> Trigger:
+    if isinstance(e, Task.HandoffResolved):
+        return RESOLUTION_TRIGGERS[e.resolution]
+    return e.trigger
+
+
+def sources(trigger: Trigger) -> list[str]:
+    """The states the chart lets ``trigger`` fire from."""
+    found: list[str] = []
+    for transition in MACHINE_SPEC["transitions"]:
+        if transition["trigger"] == trigger.value:
+            given = transition["source"]
+            found += [given] if isinstance(given, str) else given
+    return found
+
+
+def _state_after(e: TaskEvent) -> TaskState:
+    """The state after ``e``, from any state its trigger fires from: each
+    event that sends a message leads to one state from all of them (the
+    chart says so; the tests check it), so no fold of the task is needed."""
+    return e.state_after(sources(_trigger_of(e))[0])
+
 
 MESSAGING_EVENTS: tuple[type[Any], ...] = tuple(
     cls for cls in message_of.registry if cls is not object

@@ -28,6 +28,7 @@ from devs.adapters.webhooks import (
 )
 from devs.domain import InvalidInput, RecoveryService
 from devs.domain.outbox import OutboxMessage, message_of
+from devs.domain.task import RESOLUTION_TRIGGERS, Task
 from tests.helpers import OUTBOX_STORY, outbox_story
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
@@ -225,21 +226,20 @@ def test_the_state_a_message_names_is_the_same_from_every_state_its_event_follow
 ):
     """``message_of`` names the state after an event without folding the
     task: the chart must give one destination from every source."""
-    from devs.domain.chart import MACHINE_SPEC, destination
-    from devs.domain.outbox import _BEFORE
+    from devs.domain.chart import Trigger, destination
+    from devs.domain.outbox import MESSAGING_EVENTS, sources
 
     checked = 0
-    for cls, before in _BEFORE.items():
-        trigger = getattr(cls, "trigger", None)
-        if trigger is None:  # a resolution: each has a trigger of its own
-            continue
-        sources: list[str] = []
-        for transition in MACHINE_SPEC["transitions"]:
-            if transition["trigger"] == trigger.value:
-                given = transition["source"]
-                sources += [given] if isinstance(given, str) else given
-        assert before.value in sources, cls
-        after = {destination(trigger, source) for source in sources}
-        assert after == {destination(trigger, before.value)}, cls
-        checked += 1
-    assert checked == len(_BEFORE) - 1
+    for cls in MESSAGING_EVENTS:
+        triggers: list[Trigger] = (
+            list(RESOLUTION_TRIGGERS.values())
+            if cls is Task.HandoffResolved
+            else [cls.trigger]
+        )
+        for trigger in triggers:
+            froms = sources(trigger)
+            assert froms, (cls, trigger)
+            after = {destination(trigger, source) for source in froms}
+            assert len(after) == 1, (cls, trigger, after)
+            checked += 1
+    assert checked == len(MESSAGING_EVENTS) + len(RESOLUTION_TRIGGERS) - 1
