@@ -74,6 +74,8 @@ class Trigger(StrEnum):
     RETURN_TO_AGENT = "return_to_agent"
     COMPLETE_BY_HUMAN = "complete_by_human"
     SKIP_BY_HUMAN = "skip_by_human"
+    EXPIRE_DEADLINE = "expire_deadline"
+    REMIND = "remind"
 
 
 def _states(states: tuple[TaskState, ...]) -> list[str]:
@@ -105,6 +107,14 @@ TRANSITIONS: list[dict[str, Any]] = [
     {"trigger": Trigger.RETURN_TO_AGENT, "source": "HAND_OFF", "dest": "RUNNING"},
     {"trigger": Trigger.COMPLETE_BY_HUMAN, "source": "HAND_OFF", "dest": "COMPLETED"},
     {"trigger": Trigger.SKIP_BY_HUMAN, "source": "HAND_OFF", "dest": "SKIPPED"},
+    # Nobody answered in time: the human deadline fails closed (a hand-off);
+    # a reminder before it changes nothing.
+    {
+        "trigger": Trigger.EXPIRE_DEADLINE,
+        "source": ["ESCALATION", "PAUSED"],
+        "dest": "HAND_OFF",
+    },
+    {"trigger": Trigger.REMIND, "source": ["ESCALATION", "PAUSED"], "dest": None},
 ]
 
 MACHINE_SPEC: dict[str, Any] = {

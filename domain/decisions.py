@@ -11,7 +11,12 @@ from devs.domain import blacklist
 from devs.domain.chart import STATUS, TaskState
 from devs.domain.gate import GateFailureReason, GateResult
 from devs.domain.model import Immutable
-from devs.domain.names import HumanAction, NotificationKind, Resolution
+from devs.domain.names import (
+    DEADLINE_ACTOR,
+    HumanAction,
+    NotificationKind,
+    Resolution,
+)
 from devs.domain.policy import Policy
 from devs.domain.ports import RunState
 from devs.domain.run import NodeOutcome, Run, RunStatus
@@ -115,6 +120,20 @@ class ActionResult(Immutable):
     run_status: RunStatus | None = None
 
 
+class DeadlineResult(Immutable):
+    """What the clock did to a task's human session: its deadline expired (the
+    task handed off) or a reminder of it went out."""
+
+    task_id: str
+    expired: bool
+    """``True``: handed off (``expire_deadline``); ``False``: reminded."""
+    session_id: str
+    deadline_at: datetime
+    actor: str
+    state: TaskState
+    run_status: RunStatus | None = None
+
+
 class HistoryEntry(Immutable):
     """One event of a task's history, replayed, with the state after it."""
 
@@ -215,6 +234,23 @@ def action_result(
         resolution=resolution,
         to_commit=to_commit,
         next_node=run.next_node() if run is not None else None,
+        run_status=run.status if run is not None else None,
+    )
+
+
+def deadline_result(
+    task: Task, run: Run | None, session: HumanSession, *, expired: bool
+) -> DeadlineResult:
+    """The answer of ``expire_deadline`` or ``remind_deadline`` on ``session``
+    (the task's pending session before the command)."""
+    assert session.deadline_at is not None  # the command refused otherwise
+    return DeadlineResult(
+        task_id=task.task_id,
+        expired=expired,
+        session_id=session.session_id,
+        deadline_at=session.deadline_at,
+        actor=DEADLINE_ACTOR,
+        state=task.state,
         run_status=run.status if run is not None else None,
     )
 

@@ -19,6 +19,7 @@ import orjson
 from devs.domain.decisions import Notification
 from devs.domain.names import (
     HAND_OFF_REQUIRED,
+    HUMAN_DEADLINE,
     HumanAction,
     LogEvent,
     NotificationKind,
@@ -37,8 +38,9 @@ logging.getLogger("devs").addHandler(logging.NullHandler())
 
 Line = tuple[LogEvent, dict[str, Any]]
 
-STOP_EVENTS = (Task.Escalated, Task.HandedOff, Task.Paused)
-"""Events that stop an agent: their lines are written at WARNING, others at INFO."""
+STOP_EVENTS = (Task.Escalated, Task.HandedOff, Task.Paused, Task.DeadlineExpired)
+"""Events that stop an agent or take it off its task (an expiry hands the task
+off): their lines are written at WARNING, others at INFO."""
 
 
 _LEVELS: dict[type, int] = {}
@@ -183,6 +185,26 @@ def _(e: Task.HandoffResolved) -> Line:
     return _human(e, HumanAction.RESOLVE, resolution=e.resolution)
 
 
+@describe.register
+def _(e: Task.DeadlineExpired) -> Line:
+    return LogEvent.DEADLINE_EXPIRED, _task(
+        e,
+        session_id=e.session_id,
+        deadline_at=e.deadline_at,
+        actor=e.actor,
+        reason=e.reason,
+        consecutive_failures=e.payload.failure_count,
+        error_hash=e.payload.last_error_hash,
+    )
+
+
+@describe.register
+def _(e: Task.DeadlineReminded) -> Line:
+    return LogEvent.DEADLINE_REMINDED, _task(
+        e, session_id=e.session_id, deadline_at=e.deadline_at
+    )
+
+
 def _human(e: Any, action: HumanAction, **fields: Any) -> Line:
     return LogEvent.HUMAN_ACTION, _task(e, action=action, actor=e.actor, **fields)
 
@@ -295,6 +317,20 @@ def _(e: Task.HandedOff, position: int) -> Notification:
         position,
         NotificationKind.HAND_OFF_REQUIRED,
         reason=HAND_OFF_REQUIRED,
+        failure_count=e.payload.failure_count,
+    )
+
+
+@notification.register
+def _(e: Task.DeadlineExpired, position: int) -> Notification:
+    """Nobody answered in time: the task is handed off, as a hand-off is
+    told (reason ``human_deadline``, not ``hand_off_required``)."""
+    return _notice(
+        e,
+        position,
+        NotificationKind.HAND_OFF_REQUIRED,
+        session_id=e.session_id,
+        reason=HUMAN_DEADLINE,
         failure_count=e.payload.failure_count,
     )
 

@@ -13,7 +13,9 @@ description. Two models share those fields:
 An invalid override (out of range, not a number, NaN, empty) is not fatal: it
 logs one warning on the ``devs.policy`` logger naming the variable, its value
 and the problem, and that one setting keeps its default. Surrounding whitespace
-in a value is ignored. Other ``DEVS_*`` variables are not the policy's business.
+in a value is ignored; an empty value of a setting unset by default
+(``DEVS_HUMAN_DEADLINE``) leaves it unset. Other ``DEVS_*`` variables are not
+the policy's business.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ class StuckDetection(StrEnum):
     OFF = "off"  # not computed, not recorded
 
 
+MAX_HUMAN_DEADLINE = 2_592_000
+"""The longest human deadline, in seconds: 30 days."""
+
+
 class Thresholds(BaseModel):
     """The policy's fields: defaults, ranges and meanings, declared once."""
 
@@ -93,6 +99,17 @@ class Thresholds(BaseModel):
             "threshold pauses the task), off."
         ),
     )
+    human_deadline: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_HUMAN_DEADLINE,
+        allow_inf_nan=False,
+        description=(
+            "Seconds a human has to answer an escalation or a pause; unanswered "
+            "by then, the task is handed off (reason human_deadline). None: "
+            "wait forever."
+        ),
+    )
 
 
 class Policy(Value, Thresholds):
@@ -101,8 +118,10 @@ class Policy(Value, Thresholds):
     def changed(self, changes: Mapping[str, object]) -> Policy:
         """This policy with ``changes`` (field name -> value; ``None`` keeps
         the field), each value taken as it is: an int where an int belongs (not
-        ``"3"``, not ``True``), a finite number for the entropy threshold, a
-        mode's name for ``stuck_detection``.
+        ``"3"``, not ``True``), a finite number for the entropy threshold and
+        for ``human_deadline`` (seconds, an int or a float), a mode's name for
+        ``stuck_detection``. A deadline is not removed by changes (``None``
+        keeps it): pass a whole :class:`Policy` for that.
 
         Raises :class:`InvalidInput` naming the first field refused (``field``
         is its name) or a name that is no field; nothing else is checked.
@@ -231,12 +250,18 @@ class PolicySettings(EnvironSettings, Thresholds):
     def _default_if_invalid(
         cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
     ) -> Any:
-        """An invalid variable: one warning, and that setting keeps its default."""
+        """An invalid variable: one warning, and that setting keeps its default.
+
+        A blank variable of a setting that is unset by default (``None``:
+        ``DEVS_HUMAN_DEADLINE``) leaves it unset, without a warning.
+        """
+        assert info.field_name is not None
+        default = cls.model_fields[info.field_name].default
+        if default is None and isinstance(value, str) and not value.strip():
+            return None
         try:
             return handler(value.strip() if isinstance(value, str) else value)
         except ValidationError as error:
-            assert info.field_name is not None
-            default = cls.model_fields[info.field_name].default
             logger.warning(
                 "ignoring %s=%r (%s); using the default %r",
                 env_var(info.field_name),

@@ -1,9 +1,10 @@
 """What a run does when one of its tasks moves: the one run policy.
 
 A task's new events are folded into its run here, and nowhere else: a pass
-settles the node (the run may complete), a stop for a human pauses the run, a
-human sending the task back to work resumes it, a skip or a hand-off resolved
-as complete or skip settles the node. Commands only decide on the task; the
+settles the node (the run may complete), a stop for a human pauses the run (a
+deadline's expiry, a hand-off, keeps it paused), a human sending the task back
+to work resumes it, a skip or a hand-off resolved as complete or skip settles
+the node. Commands only decide on the task; the
 service calls :func:`react` with the events the task just decided.
 """
 
@@ -58,6 +59,13 @@ def _(e: TaskEvent, run: Run) -> None:
     # The run records why: the state the task stopped in (all three stop a
     # working task, so the state after them does not depend on the one before).
     run.pause(task_id_of(e.originator_id), reason=e.state_after(TaskState.RUNNING))
+
+
+@_react.register
+def _(e: Task.DeadlineExpired, run: Run) -> None:
+    # Handed off as HandedOff hands off; the run stays paused by the task (it
+    # paused when the task stopped for the human who did not answer).
+    run.pause(task_id_of(e.originator_id), reason=TaskState.HAND_OFF)
 
 
 @_react.register(Task.Resumed)

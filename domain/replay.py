@@ -16,9 +16,12 @@ events it produces. Nothing is written.
 - :func:`what_if`: under another policy, where would the ladder have gone?
   When the other policy stops the agent where the recorded one did not, a
   human is assumed to have resumed it at once (counted, as ``assumed``);
-  recorded human answers to stops the other policy never made are dropped;
-  a hand-off the recorded history did not have ends the task's replay there
-  (the agent would have been taken off it).
+  recorded human answers to stops the other policy never made are dropped,
+  and so are recorded deadline expiries and reminders (a deadline runs only
+  while a task waits); an expiry recorded where the other policy's task
+  waits too hands it off there, as recorded; a hand-off the recorded history
+  did not have ends the task's replay there (the agent would have been taken
+  off it).
 
 Both are linear in the events read: one command per input, no search.
 """
@@ -43,7 +46,9 @@ STOPS: dict[type[Any], StopKind] = {
     Task.Escalated: "escalation",
     Task.Paused: "pause",
     Task.HandedOff: "hand_off",
+    Task.DeadlineExpired: "hand_off",
 }
+"""What each stop is: an expiry hands the task off (nobody answered in time)."""
 FAILURES = (Task.GateFailed, Task.BlacklistedStrategyAttempted)
 HUMAN_INPUTS = (
     Task.Resumed,
@@ -52,6 +57,10 @@ HUMAN_INPUTS = (
     Task.HandoffClaimed,
     Task.HandoffResolved,
 )
+DEADLINE_INPUTS = (Task.DeadlineExpired, Task.DeadlineReminded)
+"""The clock's inputs: a session's deadline passed, or came near. Like a
+human's answer, each one answers a stop, and is replayed as recorded (never
+against today's clock)."""
 ASSUMED_ACTOR = "what-if"
 
 
@@ -60,7 +69,8 @@ def is_input(event: Any) -> bool:
 
     A pause is an input when an entropy score reported by the orchestrator
     caused it; a pause for a blacklisted strategy or a derived stuck score is
-    a decision.
+    a decision. A deadline's expiry or reminder is an input: the sweeper
+    reports that the clock reached it.
     """
     if isinstance(event, Task.Paused):
         session = event.session
@@ -108,6 +118,10 @@ def feed(task: Task, event: Any) -> None:
             task.resolve_handoff(
                 actor=event.actor, resolution=event.resolution, reason=event.reason
             )
+        case Task.DeadlineExpired():
+            task.expire_deadline(now=None)
+        case Task.DeadlineReminded():
+            task.remind_deadline(now=None, before=0)
         case _:
             msg = f"{type(event).__name__} is not an input"
             raise TypeError(msg)
@@ -278,7 +292,9 @@ class TaskWhatIf(Value):
     """Stops of the other policy that no recorded human answered: counted as
     answered at once, so the recorded inputs could go on."""
     dropped_human_actions: int
-    """Recorded human answers to stops the other policy did not make."""
+    """Recorded answers to stops the other policy did not make: a human's,
+    or a deadline's expiry or reminder (also those the other policy's
+    session, having no deadline, refuses)."""
     cut_at: int | None
     """The version from which the recorded history would not have happened
     (the other policy handed the task off before it)."""
@@ -312,17 +328,13 @@ def what_if(events: Sequence[Any], policy: Policy) -> TaskWhatIf:
             # not: nothing recorded from here on would have happened.
             cut_at = version
             break
-        if isinstance(event, HUMAN_INPUTS):
-            if before in WAITING and task.state not in WAITING:
+        if isinstance(event, (*HUMAN_INPUTS, *DEADLINE_INPUTS)):
+            if (before in WAITING and task.state not in WAITING) or (
+                isinstance(event, DEADLINE_INPUTS) and task.pending_session is None
+            ):
                 dropped += 1  # it answered a stop this policy did not make
                 continue
-            try:
-                feed(task, event)
-                task.collect_events()
-            except DevsError:
-                dropped += 1
-            continue
-        if task.pending_session is not None and not isinstance(
+        elif task.pending_session is not None and not isinstance(
             event, Task.LessonLogged
         ):
             task.resume(actor=ASSUMED_ACTOR, reason="assumed answered at once")

@@ -7,7 +7,7 @@ rules against the state chart and raises before anything changes, and a private
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 from uuid import uuid4
 
@@ -25,8 +25,14 @@ from devs.domain.model import (
     SnapshotState,
     Value,
 )
-from devs.domain.names import HumanAction, Resolution, SessionReason
-from devs.domain.policy import Policy, StuckDetection
+from devs.domain.names import (
+    DEADLINE_ACTOR,
+    HUMAN_DEADLINE,
+    HumanAction,
+    Resolution,
+    SessionReason,
+)
+from devs.domain.policy import MAX_HUMAN_DEADLINE, Policy, StuckDetection
 from devs.domain.redaction import error_hash, excerpt, redact
 from devs.domain.stuck import WINDOW as STUCK_WINDOW
 from devs.domain.stuck import StuckAssessment, assess, failing_tests
@@ -67,6 +73,9 @@ class HumanSession(Value):
     opened_at: datetime
     entropy_score: float | None = None
     entropy_source: EntropySource | None = None
+    deadline_at: datetime | None = None
+    """When the task is handed off unless a human answers first: ``opened_at``
+    plus the policy's ``human_deadline`` (``None``: no deadline)."""
 
 
 class FailureAnalysisReport(Value):
@@ -92,6 +101,9 @@ class HandoffPayload(Value):
     last_commit: str | None
     enqueued_at: datetime
     stuck: StuckAssessment | None = None
+    reason: str | None = None
+    """Why it was handed off: ``None`` when the ladder did (too many
+    failures), ``human_deadline`` when nobody answered its human in time."""
 
 
 class TaskSnapshotState(SnapshotState):
@@ -110,6 +122,7 @@ class TaskSnapshotState(SnapshotState):
     handoff: HandoffPayload | None
     claimed_by: str | None
     stuck: StuckAssessment | None = None
+    reminded_session_id: str | None = None
 
 
 class TaskEvent(Aggregate.Event):
@@ -259,6 +272,29 @@ class Task(Aggregate):
         reason: str
         session_id: str | None
 
+    class DeadlineExpired(TaskEvent):
+        """Nobody answered the pending session by its deadline: the task is
+        handed off (fails closed), never resumed."""
+
+        TOPIC: ClassVar[str] = "devs:Task.DeadlineExpired"
+        trigger = Trigger.EXPIRE_DEADLINE
+        session_id: str
+        deadline_at: datetime
+        actor: str
+        reason: str
+        payload: HandoffPayload
+
+    class DeadlineReminded(TaskEvent):
+        """The pending session's deadline is near: a reminder went out."""
+
+        TOPIC: ClassVar[str] = "devs:Task.DeadlineReminded"
+        trigger = Trigger.REMIND
+        session_id: str
+        deadline_at: datetime
+        waiting_in: TaskState
+        """The state the task waits in, which a reminder leaves as it is (so
+        its message names it without a fold of the task)."""
+
     class HandoffClaimed(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.HandoffClaimed"
         trigger = Trigger.CLAIM
@@ -309,6 +345,7 @@ class Task(Aggregate):
         self.__dict__.setdefault("_chain_head", None)
         self.__dict__.setdefault("_chained", self._chain_head is not None)
         self.__dict__.setdefault("stuck", None)
+        self.__dict__.setdefault("reminded_session_id", None)
 
     def __eq__(self, other: object) -> bool:
         """Equal state and chain head (however far each has computed it)."""
@@ -346,6 +383,7 @@ class Task(Aggregate):
         self.handoff: HandoffPayload | None = None
         self.claimed_by: str | None = None
         self.stuck: StuckAssessment | None = None
+        self.reminded_session_id: str | None = None
 
     # ----------------------------------------------------------------- derived
 
@@ -600,23 +638,126 @@ class Task(Aggregate):
             raise IllegalTransition(msg, state=self.state)
         self._resolve(actor=redact(actor), reason=redact(reason), resolution=resolution)
 
+    def expire_deadline(self, *, now: datetime | None) -> str:
+        """Hand the task off because nobody answered its human session by the
+        session's deadline (actor ``devs:deadline``, reason
+        ``human_deadline``); returns the session's id.
+
+        ``now`` is the clock's time, which must have reached the deadline;
+        ``None`` takes the expiry as recorded (a replay: a re-decided task's
+        session opened at another time, so its deadline is not compared).
+        Refused (``IllegalTransition``, nothing recorded) when the task waits
+        on no session with a deadline, or the deadline is still ahead.
+        """
+        session = self._session_with_deadline(Trigger.EXPIRE_DEADLINE, now)
+        assert session.deadline_at is not None
+        if now is not None and now < session.deadline_at:
+            msg = (
+                f"the deadline of task {self.task_id!r} in state {self.state} "
+                f"(session {session.session_id}) is "
+                f"{session.deadline_at.isoformat()}, still ahead at "
+                f"{now.isoformat()}: not expired"
+            )
+            raise IllegalTransition(msg, state=self.state)
+        payload = self._handoff_payload(reason=HUMAN_DEADLINE)
+        self._expire(
+            session_id=session.session_id,
+            deadline_at=session.deadline_at,
+            actor=DEADLINE_ACTOR,
+            reason=HUMAN_DEADLINE,
+            payload=payload,
+        )
+        return session.session_id
+
+    def remind_deadline(self, *, now: datetime | None, before: float) -> str:
+        """Record that a reminder went out for the pending session, ``before``
+        seconds ahead of its deadline; returns the session's id.
+
+        ``now`` is the clock's time, which must have reached
+        ``deadline_at - before``; ``None`` takes the reminder as recorded (a
+        replay). Refused (``IllegalTransition``, nothing recorded) when the
+        task waits on no session with a deadline, when this session was
+        reminded already, or when it is too early.
+        """
+        if not 0 <= before <= MAX_HUMAN_DEADLINE:  # also refuses NaN
+            msg = f"before must be seconds in [0, {MAX_HUMAN_DEADLINE}], got {before!r}"
+            raise InvalidInput(msg, field="before")
+        session = self._session_with_deadline(Trigger.REMIND, now)
+        assert session.deadline_at is not None
+        if self.reminded_session_id == session.session_id:
+            msg = (
+                f"session {session.session_id} of task {self.task_id!r} in state "
+                f"{self.state} was reminded already: a session is reminded once"
+            )
+            raise IllegalTransition(msg, state=self.state)
+        if now is not None:
+            due = session.deadline_at - timedelta(seconds=before)
+            if now < due:
+                msg = (
+                    f"the reminder for task {self.task_id!r} in state "
+                    f"{self.state} (session {session.session_id}) is due at "
+                    f"{due.isoformat()}, {before:g} s before its deadline; it "
+                    f"is {now.isoformat()}"
+                )
+                raise IllegalTransition(msg, state=self.state)
+        self._remind(
+            session_id=session.session_id,
+            deadline_at=session.deadline_at,
+            waiting_in=self.state,
+        )
+        return session.session_id
+
     # -------------------------------------------------------------- internals
 
-    @staticmethod
+    def _session_with_deadline(
+        self, trigger: Trigger, now: datetime | None
+    ) -> HumanSession:
+        """The pending session, if it has a deadline and ``trigger`` is
+        allowed now; else ``IllegalTransition`` naming the task and its
+        state. ``now`` must know its timezone."""
+        if now is not None and now.utcoffset() is None:
+            msg = f"now must be a datetime with a timezone, got {now.isoformat()}"
+            raise InvalidInput(msg, field="now")
+        session = self.pending_session
+        if session is None:
+            msg = (
+                f"task {self.task_id!r} in state {self.state} waits on no human "
+                "session: a deadline runs only while a task is escalated or "
+                "paused"
+            )
+            raise IllegalTransition(msg, state=self.state)
+        if session.deadline_at is None:
+            msg = (
+                f"the human session of task {self.task_id!r} in state "
+                f"{self.state} has no deadline (the task's policy sets no "
+                "human_deadline)"
+            )
+            raise IllegalTransition(msg, state=self.state)
+        destination(trigger, self.state)
+        return session
+
     def _new_session(
+        self,
         reason: SessionReason,
         entropy_score: float | None = None,
         source: EntropySource | None = None,
     ) -> HumanSession:
+        opened_at = datetime_now_with_tzinfo()
+        deadline = self.policy.human_deadline
         return HumanSession(
             session_id=str(uuid4()),
             reason=reason,
-            opened_at=datetime_now_with_tzinfo(),
+            opened_at=opened_at,
             entropy_score=entropy_score,
             entropy_source=source,
+            deadline_at=(
+                opened_at + timedelta(seconds=deadline)
+                if deadline is not None
+                else None
+            ),
         )
 
-    def _handoff_payload(self) -> HandoffPayload:
+    def _handoff_payload(self, reason: str | None = None) -> HandoffPayload:
         last = self.failures[-1] if self.failures else None
         return HandoffPayload(
             task_id=self.task_id,
@@ -630,6 +771,7 @@ class Task(Aggregate):
             last_commit=self.last_commit,
             enqueued_at=datetime_now_with_tzinfo(),
             stuck=self.stuck,
+            reason=reason,
         )
 
     def _record_failure(
@@ -715,6 +857,25 @@ class Task(Aggregate):
         self.pending_session = None
         self.handoff = None
         self.claimed_by = None
+
+    @event(DeadlineExpired)
+    def _expire(
+        self,
+        session_id: str,
+        deadline_at: datetime,
+        actor: str,
+        reason: str,
+        payload: HandoffPayload,
+    ) -> None:
+        self.pending_session = None
+        self.handoff = payload
+        self.claimed_by = None
+
+    @event(DeadlineReminded)
+    def _remind(
+        self, session_id: str, deadline_at: datetime, waiting_in: TaskState
+    ) -> None:
+        self.reminded_session_id = session_id
 
     @event(HandoffClaimed)
     def _claim(self, actor: str) -> None:

@@ -1,8 +1,10 @@
 """``handoff_queue``: tasks taken off their agent, in the order handed off (seed 003).
 
 Each row holds the payload's fields as columns and the whole payload (with the
-failure history) as JSON; claiming sets ``claimed_by``/``claimed_at``;
-resolving, rewinding or skipping the task removes it.
+failure history, and ``reason`` ``human_deadline`` when nobody answered the
+task's human in time) as JSON; the ladder's hand-off and a deadline's expiry
+add one alike; claiming sets ``claimed_by``/``claimed_at``; resolving,
+rewinding or skipping the task removes it.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ class HandoffQueueView(TrackingRecorder, ABC):
 class HandoffQueueProjection(ReadModelProjection[HandoffQueueView]):
     process_event = folds()
 
-    @process_event.register
-    def _(self, e: Task.HandedOff, tracking: Tracking) -> None:
+    @process_event.register(Task.HandedOff)
+    @process_event.register(Task.DeadlineExpired)
+    def _(self, e: Task.HandedOff | Task.DeadlineExpired, tracking: Tracking) -> None:
         payload = e.payload
         self.view.enqueue(
             {
@@ -50,7 +53,10 @@ class HandoffQueueProjection(ReadModelProjection[HandoffQueueView]):
                 "originating_agent": payload.originating_agent,
                 "last_commit": payload.last_commit,
                 "enqueued_at": payload.enqueued_at.isoformat(),
-                "payload": payload.model_dump_json(),
+                # A ladder's hand-off has no reason: its JSON is as before.
+                "payload": payload.model_dump_json(
+                    exclude={"reason"} if payload.reason is None else None
+                ),
                 "position": tracking.notification_id,
                 "claimed_by": None,
                 "claimed_at": None,

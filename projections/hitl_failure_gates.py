@@ -1,9 +1,10 @@
 """``hitl_failure_gates``: the open human gate of each task (seed 000).
 
 A row appears when a task stops for a human (entropy limit, a blacklisted
-strategy, max retries) and goes when the human answers; ``task_id`` is
-``UNIQUE``, so a task has at most one open gate, and a second high entropy
-score while it is open returns the same session.
+strategy, max retries) and goes when the human answers (or nobody does by the
+session's deadline: the task is handed off); ``task_id`` is ``UNIQUE``, so a
+task has at most one open gate, and a second high entropy score while it is
+open returns the same session.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class FailureGatesProjection(ReadModelProjection[FailureGatesView]):
     @process_event.register(Task.Resumed)
     @process_event.register(Task.Rewound)
     @process_event.register(Task.Skipped)
+    @process_event.register(Task.DeadlineExpired)
     def _(self, e: TaskEvent, tracking: Tracking) -> None:
         self.view.close_gate(task_id_of(e.originator_id), tracking)
 

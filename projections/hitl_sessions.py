@@ -1,7 +1,10 @@
-"""``hitl_sessions``: every human session, pending or answered.
+"""``hitl_sessions``: every human session, pending, answered or expired.
 
 A session opens when a task stops for a human and is answered by the resume,
-rewind or skip that sends it on, with who answered, how, why and when.
+rewind or skip that sends it on, with who answered, how, why and when. A
+session with a deadline (the policy's ``human_deadline``) carries it, and
+whether its reminder went out; unanswered by then, it expires (the task is
+handed off) and is no longer pending.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, fo
 
 PENDING = "pending"
 ANSWERED = "answered"
+EXPIRED = "expired"
 
 
 class HumanSessionsView(TrackingRecorder, ABC):
@@ -30,6 +34,10 @@ class HumanSessionsView(TrackingRecorder, ABC):
         self, session_id: str, answer: dict[str, Any], tracking: Tracking
     ) -> None:
         """Record the human's answer to a session."""
+
+    @abstractmethod
+    def remind(self, session_id: str, tracking: Tracking) -> None:
+        """Record that the session's reminder went out."""
 
     @abstractmethod
     def pending_sessions(self) -> list[PendingSession]:
@@ -54,9 +62,28 @@ class HumanSessionsProjection(ReadModelProjection[HumanSessionsView]):
                 "failure_count": failure_count,
                 "opened_at": session.opened_at.isoformat(),
                 "position": tracking.notification_id,
+                "deadline_at": session.deadline_at.isoformat()
+                if session.deadline_at is not None
+                else None,
+                "reminded": 0,
             },
             tracking,
         )
+
+    @process_event.register
+    def _(self, e: Task.DeadlineExpired, tracking: Tracking) -> None:
+        expiry = {
+            "status": EXPIRED,
+            "answered_at": e.timestamp.isoformat(),
+            "answered_by": e.actor,
+            "answer": None,
+            "answer_reason": e.reason,
+        }
+        self.view.answer(e.session_id, expiry, tracking)
+
+    @process_event.register
+    def _(self, e: Task.DeadlineReminded, tracking: Tracking) -> None:
+        self.view.remind(e.session_id, tracking)
 
     @process_event.register
     def _(self, e: Task.Resumed, tracking: Tracking) -> None:
@@ -95,7 +122,7 @@ class HumanSessionsTables(HumanSessionsView, SQLTables):
     """The ``hitl_sessions`` tables and their SQL (SQLite and PostgreSQL alike)."""
 
     name: ClassVar[str] = "hitl_sessions"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2  # v2: deadlines, reminders, expiries
     tables: ClassVar[tuple[str, ...]] = ("hitl_sessions",)
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS hitl_sessions ("
@@ -110,10 +137,17 @@ class HumanSessionsTables(HumanSessionsView, SQLTables):
         "answered_at TEXT, "
         "answered_by TEXT, "
         "answer TEXT, "
-        "answer_reason TEXT)",
+        "answer_reason TEXT, "
+        "deadline_at TEXT, "
+        "reminded INTEGER NOT NULL DEFAULT 0)",
         "CREATE INDEX IF NOT EXISTS hitl_sessions_status "
         "ON hitl_sessions (status, position)",
         "CREATE INDEX IF NOT EXISTS hitl_sessions_task_id ON hitl_sessions (task_id)",
+    )
+    pg_migrations: ClassVar[tuple[str, ...]] = (
+        "ALTER TABLE hitl_sessions ADD COLUMN IF NOT EXISTS deadline_at TEXT",
+        "ALTER TABLE hitl_sessions ADD COLUMN IF NOT EXISTS "
+        "reminded INTEGER NOT NULL DEFAULT 0",
     )
 
     def open_session(self, row: dict[str, Any], tracking: Tracking) -> None:
@@ -125,6 +159,10 @@ class HumanSessionsTables(HumanSessionsView, SQLTables):
     ) -> None:
         with self.changes(tracking) as cursor:
             self._update(cursor, "hitl_sessions", ("id", session_id), answer)
+
+    def remind(self, session_id: str, tracking: Tracking) -> None:
+        with self.changes(tracking) as cursor:
+            self._update(cursor, "hitl_sessions", ("id", session_id), {"reminded": 1})
 
     def pending_sessions(self) -> list[PendingSession]:
         rows = self._select(
@@ -139,6 +177,8 @@ class HumanSessionsTables(HumanSessionsView, SQLTables):
                 opened_at=row["opened_at"],
                 entropy_score=row["entropy_score"],
                 failure_count=row["failure_count"],
+                deadline_at=row["deadline_at"],
+                reminded=bool(row["reminded"]),
             )
             for row in rows
         ]

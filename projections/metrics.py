@@ -10,7 +10,10 @@ whatever the log holds:
   before it first stopped for a human, and the waits it has open;
 - ``metrics_waits``: one row per stop for a human (an escalation, a pause, a
   hand-off), with when it was answered and how, its seconds, and how a
-  hand-off ended;
+  hand-off ended. A wait nobody answered by its deadline is ``expired``: no
+  human answered it, so it is left out of the time to a human (neither
+  answered nor open); the expiry hands the task off, which is a hand-off
+  like the ladder's (a wait of its own, counted by how it ends);
 - ``metrics_strategy_failures``: per task and strategy, how many failures
   (failed gates and blocked attempts) named it.
 
@@ -53,6 +56,8 @@ from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, fo
 TOP_STRATEGIES = 10
 HAND_OFF = "hand_off"
 """``metrics_waits.reason`` of a hand-off (the others are session reasons)."""
+EXPIRED = "expired"
+"""``metrics_waits.answer`` of a wait nobody answered by its deadline."""
 OPEN: HandoffEnd = "open"
 HANDOFF_ENDS: tuple[HandoffEnd, ...] = (*get_args(ResolutionValue), OPEN)
 
@@ -97,6 +102,9 @@ class Change:
     """It answers the wait that is open, if one is."""
     ends_handoff: Resolution | None = None
     """It ends the hand-off that is open, if one is, this way."""
+    expires: bool = False
+    """It ends the wait that is open, if one is, unanswered (its deadline
+    passed)."""
     stuck: float | None = None
     """The failure's stuck score, if one was derived."""
     stuck_kinds: tuple[str, ...] = ()
@@ -166,6 +174,10 @@ class MetricsProjection(ReadModelProjection[MetricsView]):
     @process_event.register
     def _(self, e: Task.HandedOff, tracking: Tracking) -> None:
         self._fold(e, tracking, stops=HAND_OFF)
+
+    @process_event.register
+    def _(self, e: Task.DeadlineExpired, tracking: Tracking) -> None:
+        self._fold(e, tracking, expires=True, stops=HAND_OFF)
 
     @process_event.register
     def _(self, e: Task.Resumed, tracking: Tracking) -> None:
@@ -293,6 +305,12 @@ class MetricsTables(MetricsView, SQLTables):
             if change.answers is not None and row["open_wait"] is not None:
                 self._answer(cursor, row["open_wait"], change)
                 changes["open_wait"] = None
+            if change.expires and row["open_wait"] is not None:
+                cursor.execute(
+                    "UPDATE metrics_waits SET answer = ? WHERE position = ?",
+                    (EXPIRED, row["open_wait"]),
+                )
+                changes["open_wait"] = None
             if change.ends_handoff is not None and row["open_handoff"] is not None:
                 cursor.execute(
                     "UPDATE metrics_waits SET ended_as = ? WHERE position = ?",
@@ -408,7 +426,9 @@ class MetricsTables(MetricsView, SQLTables):
                 select, "w.seconds", f"{waits} AND w.answered_at IS NOT NULL", params
             )
             [unanswered] = select(
-                f"SELECT COUNT(*) AS n {waits} AND w.answered_at IS NULL", params
+                f"SELECT COUNT(*) AS n {waits} AND w.answered_at IS NULL "
+                "AND w.answer IS NULL",
+                params,
             )
             handoffs = {
                 row["ended_as"]: int(row["n"])

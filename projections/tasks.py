@@ -143,16 +143,19 @@ class TasksProjection(ReadModelProjection[TasksView]):
             stuck_score=e.stuck.score if e.stuck is not None else None,
         )
 
-    @process_event.register
-    def _(self, e: Task.HandedOff, tracking: Tracking) -> None:
+    @process_event.register(Task.HandedOff)
+    @process_event.register(Task.DeadlineExpired)
+    def _(self, e: Task.HandedOff | Task.DeadlineExpired, tracking: Tracking) -> None:
         payload = e.payload
-        meta = {
+        meta: dict[str, Any] = {
             "failure_count": payload.failure_count,
             "last_error_hash": payload.last_error_hash,
             "enqueued_at": payload.enqueued_at.isoformat(),
             "originating_agent": payload.originating_agent,
             "last_commit": payload.last_commit,
         }
+        if payload.reason is not None:  # nobody answered in time
+            meta["reason"] = payload.reason
         self._advance(
             e, tracking, handoff_meta=orjson.dumps(meta).decode(), claimed_by=None
         )

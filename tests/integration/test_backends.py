@@ -8,6 +8,8 @@ two of them are two processes' views of one store.
 from __future__ import annotations
 
 import multiprocessing
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -160,6 +162,106 @@ def test_rebuild_and_verify(make_service: MakeService) -> None:
     assert service.verify().ok
     with pytest.raises(InvalidInput):
         service.rebuild_projections("no such view")
+
+
+DEADLINE = 1.5
+"""Seconds a human has in the deadline story: long enough to refuse an early
+expiry on a slow machine, short enough to wait for."""
+
+
+def test_a_deadline_nobody_met_hands_the_task_off(make_service: MakeService) -> None:
+    """Two tasks escalate under a deadline: one is reminded, nobody answers
+    it and it is handed off; the other's answer came first and cancelled its
+    deadline. Every read model shows it; the log replays and verifies."""
+    service = make_service(DEVS_HUMAN_DEADLINE=str(DEADLINE))
+    service.start_run("r", {"t": [], "u": []})
+    for task_id in ("t", "u"):
+        service.start_task(task_id, run_id="r")
+    for task_id in ("t", "u"):
+        for _ in range(3):
+            service.record_gate(task_id, 1, error="E boom")
+    sessions = {s.task_id: s for s in service.pending_sessions()}
+    assert sessions.keys() == {"t", "u"}
+    for session in sessions.values():
+        assert session.deadline_at == session.opened_at + timedelta(seconds=DEADLINE)
+        assert not session.reminded
+    written = position(service)
+    with pytest.raises(IllegalTransition, match="still ahead"):
+        service.expire_deadline("t")
+    with pytest.raises(IllegalTransition, match="is due at"):
+        service.remind_deadline("t", before=0)
+    with pytest.raises(InvalidInput) as lead:
+        service.remind_deadline("t", before=-1)
+    assert lead.value.field == "before"
+    assert position(service) == written
+
+    reminded = service.remind_deadline("t", before=600)
+    assert (reminded.expired, reminded.state, reminded.session_id) == (
+        False,
+        "ESCALATION",
+        sessions["t"].session_id,
+    )
+    with pytest.raises(IllegalTransition, match="reminded already"):
+        service.remind_deadline("t", before=600)
+    assert {s.task_id: s.reminded for s in service.pending_sessions()} == {
+        "t": True,
+        "u": False,
+    }
+    service.resume("u", actor="ann", reason="in time")
+    due = max(s.opened_at for s in sessions.values()) + timedelta(seconds=DEADLINE)
+    time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()) + 0.05)
+    written = position(service)
+    with pytest.raises(IllegalTransition, match="waits on no human session"):
+        service.expire_deadline("u")  # answered first: no deadline runs
+    assert position(service) == written
+
+    expired = service.expire_deadline("t")
+    assert (expired.expired, expired.state, expired.actor) == (
+        True,
+        "HAND_OFF",
+        "devs:deadline",
+    )
+    assert expired.deadline_at == sessions["t"].deadline_at
+    assert expired.run_status == "PAUSED"
+    with pytest.raises(IllegalTransition, match="in state HAND_OFF"):
+        service.expire_deadline("t")
+    assert service.pending_sessions() == []
+    [queued] = service.handoff_queue()
+    assert (queued.payload.task_id, queued.payload.reason) == ("t", "human_deadline")
+    gate = service.gate_status("t")
+    assert (gate.state, gate.triggered, gate.session_id) == ("HAND_OFF", False, None)
+    assert [e.task_id for e in service.tasks(state="HAND_OFF")] == ["t"]
+    assert service.run_state("r").paused_by == ("t",)
+    metrics = service.metrics()
+    assert metrics.handoffs_by_resolution["open"] == 1
+    # u's answer is the one time to a human; t's expired wait is in neither
+    # count, its hand-off waits for a claim.
+    assert (metrics.time_to_human.count, metrics.time_to_human.open) == (1, 1)
+    told = service.notifications()[-1]
+    assert (told.kind, told.reason, told.task_id) == (
+        "HAND_OFF_REQUIRED",
+        "human_deadline",
+        "t",
+    )
+    messages = [m for m in service.outbox_messages() if m.task_id == "t"]
+    assert [m.type for m in messages[-2:]] == ["deadline.reminder", "deadline.expired"]
+    assert messages[-1].data["reason"] == "human_deadline"
+    assert messages[-2].data["state"] == "ESCALATION"
+
+    service.claim_handoff("t", actor="bob")
+    done = service.resolve_handoff(
+        "t", actor="bob", resolution="complete", reason="fixed by hand"
+    )
+    assert done.run_status == "RUNNING"
+    assert service.metrics().time_to_human.count == 2  # the claim answered it
+    assert service.replay_check().ok
+    assert service.verify().ok
+    before = (service.metrics(), service.handoff_queue(), service.gate_status("t"))
+    assert service.rebuild_projections() == position(service)
+    assert (service.metrics(), service.handoff_queue(), service.gate_status("t")) == (
+        before
+    )
+    assert service.verify().ok
 
 
 def _gates(env: dict[str, str], count: int, start: Any) -> None:

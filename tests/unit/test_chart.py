@@ -38,6 +38,10 @@ def test_every_trigger_is_defined() -> None:
         (Trigger.BLOCK_ATTEMPT, "RUNNING", TaskState.RUNNING),
         (Trigger.CLAIM, "HAND_OFF", TaskState.HAND_OFF),
         (Trigger.COMPLETE_BY_HUMAN, "HAND_OFF", TaskState.COMPLETED),
+        (Trigger.EXPIRE_DEADLINE, "ESCALATION", TaskState.HAND_OFF),
+        (Trigger.EXPIRE_DEADLINE, "PAUSED", TaskState.HAND_OFF),
+        (Trigger.REMIND, "ESCALATION", TaskState.ESCALATION),
+        (Trigger.REMIND, "PAUSED", TaskState.PAUSED),
     ],
 )
 def test_destinations(trigger: Trigger, state: str, expected: TaskState) -> None:
@@ -57,6 +61,10 @@ def test_destinations(trigger: Trigger, state: str, expected: TaskState) -> None
         (Trigger.SKIP, "SKIPPED"),
         (Trigger.CLAIM, "PAUSED"),
         (Trigger.ATTEMPT, "ESCALATION"),
+        (Trigger.EXPIRE_DEADLINE, "RUNNING"),
+        (Trigger.EXPIRE_DEADLINE, "HAND_OFF"),
+        (Trigger.REMIND, "GATE_FAILED"),
+        (Trigger.REMIND, "HAND_OFF"),
     ],
 )
 def test_illegal_transitions_raise_clearly(trigger: Trigger, state: str) -> None:

@@ -1,4 +1,5 @@
-"""Thresholds: defaults 3 / 5 / 0.75 / 20, env overrides, bad -> warning + default."""
+"""Thresholds: defaults 3 / 5 / 0.75 / 20 / observe / no human deadline, env
+overrides, bad -> warning + default."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ DEFAULTS = {
     "hitl_entropy_threshold": 0.75,
     "failure_history_cap": 20,
     "stuck_detection": "observe",
+    "human_deadline": None,
 }
 INT_RANGES = {
     "escalation_threshold": (1, 1000),
@@ -176,6 +178,7 @@ def test_env_var_names() -> None:
         "DEVS_HITL_ENTROPY_THRESHOLD",
         "DEVS_FAILURE_HISTORY_CAP",
         "DEVS_STUCK_DETECTION",
+        "DEVS_HUMAN_DEADLINE",
     ]
 
 
@@ -240,15 +243,17 @@ def test_the_stored_policy_keeps_its_shape() -> None:
         "hitl_entropy_threshold": 0.5,
         "failure_history_cap": 10,
     }
-    # A policy recorded before stuck detection existed observes (the default).
+    # A policy recorded before stuck detection existed observes (the default);
+    # one recorded before deadlines has none.
     assert Policy.model_validate(stored).model_dump(mode="json") == {
         **stored,
         "stuck_detection": "observe",
+        "human_deadline": None,
     }
     assert Policy().model_dump_json() == (
         '{"escalation_threshold":3,"handoff_threshold":5,'
         '"hitl_entropy_threshold":0.75,"failure_history_cap":20,'
-        '"stuck_detection":"observe"}'
+        '"stuck_detection":"observe","human_deadline":null}'
     )
     assert isinstance(Policy(), BaseModel)
     assert not isinstance(Policy(), BaseSettings)
@@ -345,6 +350,13 @@ def test_a_policy_changed_to_another_policys_fields_is_that_policy(
         ({"hitl_entropy_threshold": float("nan")}, "hitl_entropy_threshold", "finite"),
         ({"hitl_entropy_threshold": "0.5"}, "hitl_entropy_threshold", "valid number"),
         ({"stuck_detection": "loud"}, "stuck_detection", "one of observe, gate, off"),
+        ({"human_deadline": 0}, "human_deadline", "greater than 0"),
+        ({"human_deadline": -1.5}, "human_deadline", "greater than 0"),
+        ({"human_deadline": 2_592_001}, "human_deadline", "less than or equal"),
+        ({"human_deadline": float("nan")}, "human_deadline", "finite"),
+        ({"human_deadline": float("inf")}, "human_deadline", "finite"),
+        ({"human_deadline": "60"}, "human_deadline", "valid number"),
+        ({"human_deadline": True}, "human_deadline", "valid number"),
         ({"stuck_detection": 1}, "stuck_detection", "one of observe, gate, off"),
         ({"nope": 1}, "policy", "'nope' is not a policy field"),
         ({"\ud800" * 100: 1}, "policy", "\\ud800"),
@@ -362,3 +374,72 @@ def test_a_refused_change_names_its_field(
     assert words in str(refused.value)
     assert len(str(refused.value)) < 300
     assert "AKIAIOSFO" not in str(refused.value)
+
+
+# ============================================================ deadlines
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [("60", 60.0), (" 0.5 ", 0.5), ("2592000", 2_592_000.0), ("1e3", 1000.0)],
+)
+def test_the_human_deadline_comes_from_the_environment(
+    raw: str, seconds: float
+) -> None:
+    with policy_warnings() as records:
+        policy = load_policy({"DEVS_HUMAN_DEADLINE": raw})
+    assert policy.human_deadline == seconds
+    assert records == []
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t\n"])
+def test_an_empty_human_deadline_is_unset_without_a_warning(blank: str) -> None:
+    with policy_warnings() as records:
+        policy = load_policy({"DEVS_HUMAN_DEADLINE": blank})
+    assert policy.human_deadline is None
+    assert records == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ("0", "greater than 0"),
+        ("-5", "greater than 0"),
+        ("2592001", "less than or equal to 2592000"),
+        ("nan", "finite number"),
+        ("inf", "finite number"),
+        ("soon", "valid number"),
+    ],
+)
+def test_an_invalid_human_deadline_warns_once_and_stays_unset(
+    raw: str, problem: str
+) -> None:
+    with policy_warnings() as records:
+        policy = load_policy(
+            {"DEVS_HUMAN_DEADLINE": raw, "DEVS_HANDOFF_THRESHOLD": "7"}
+        )
+    assert policy.human_deadline is None
+    assert policy.handoff_threshold == 7
+    [record] = records
+    assert isinstance(record.args, tuple)
+    assert record.args[:2] == ("DEVS_HUMAN_DEADLINE", raw)
+    assert problem in str(record.args[2])
+    assert record.args[3] is None
+
+
+@pytest.mark.parametrize("seconds", [60, 60.0, 0.25, 2_592_000])
+def test_a_change_of_deadline_takes_int_or_float_seconds(seconds: float) -> None:
+    changed = Policy().changed({"human_deadline": seconds})
+    assert changed.human_deadline == seconds
+    assert isinstance(changed.human_deadline, float)
+    # None keeps the deadline in force; a whole Policy removes it.
+    assert changed.changed({"human_deadline": None}) == changed
+    assert changed.changed({"escalation_threshold": 2}).human_deadline == seconds
+
+
+@given(st.floats(min_value=0, max_value=2_592_000, exclude_min=True))
+def test_any_in_range_human_deadline_applies(seconds: float) -> None:
+    with policy_warnings() as records:
+        policy = load_policy({"DEVS_HUMAN_DEADLINE": repr(seconds)})
+    assert policy.human_deadline == seconds
+    assert records == []

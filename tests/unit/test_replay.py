@@ -27,6 +27,7 @@ policies = st.builds(
     hitl_entropy_threshold=st.sampled_from([0.0, 0.5, 0.75, 1.0]),
     failure_history_cap=st.integers(1, 12),
     stuck_detection=st.sampled_from(list(StuckDetection)),
+    human_deadline=st.sampled_from([None, 60.0]),
 )
 commands = st.lists(
     st.one_of(
@@ -39,6 +40,7 @@ commands = st.lists(
             st.just("human"),
             st.sampled_from(["resume", "rewind", "skip", "claim", "return"]),
         ),
+        st.tuples(st.just("clock"), st.sampled_from(["expire", "remind"])),
     ),
     max_size=40,
 )
@@ -65,6 +67,10 @@ def _run(policy: Policy, script: list[tuple[str, str]]) -> list[Any]:
                     task.log_lesson(arg, "why")
                 case "human":
                     _human(task, arg)
+                case "clock" if arg == "expire":
+                    task.expire_deadline(now=None)
+                case "clock":
+                    task.remind_deadline(now=None, before=0)
         except DevsError:
             pass  # refused: nothing recorded
     return list(task.pending_events)
@@ -224,3 +230,101 @@ def test_a_recorded_rewind_answering_a_stop_never_made_is_dropped() -> None:
     assert result.dropped_human_actions == 1
     assert result.what_if.stops == ()
     assert result.what_if.final_state == "GATE_FAILED"
+
+
+# ------------------------------------------------------------- deadlines
+
+DEADLINE = Policy(human_deadline=60)
+
+
+def _expired(policy: Policy = DEADLINE) -> list[Any]:
+    """Three failures escalate; a reminder, then the deadline passes (the
+    task is handed off); a human claims and returns it; it fails again."""
+    return _run(
+        policy,
+        [
+            *_failing(3, resume=False),
+            ("clock", "remind"),
+            ("clock", "expire"),
+            ("human", "claim"),
+            ("human", "return"),
+            ("attempt", "idea 9"),
+            ("fail", "E9"),
+        ],
+    )
+
+
+def test_an_expiry_and_a_reminder_pass_the_replay_check() -> None:
+    events = _expired()
+    names = [type(e).__name__ for e in events]
+    assert names.count("DeadlineReminded") == names.count("DeadlineExpired") == 1
+    assert replay.is_input(events[names.index("DeadlineExpired")])
+    assert replay.is_input(events[names.index("DeadlineReminded")])
+    assert replay.replay_check(events) == []
+
+
+def test_the_replay_check_takes_an_expiry_as_recorded_not_by_today_s_clock() -> None:
+    """The re-decided session opens now, its deadline a minute ahead: an
+    expiry read with ``now=None`` is not compared with it."""
+    events = _expired()
+    assert replay.replay_check(events) == []
+    assert replay.what_if(events, DEADLINE).changes == ()
+
+
+def test_an_expiry_is_a_hand_off_of_the_recorded_course() -> None:
+    result = replay.what_if(_expired(), DEADLINE)
+    kinds = ["escalation", "hand_off", "escalation"]  # the fourth failure asks again
+    assert [s.kind for s in result.recorded.stops] == kinds
+    assert result.recorded.stops[1].event == "DeadlineExpired"
+    assert result.what_if.stops[1] == result.recorded.stops[1]
+    assert [(s.kind, s.version) for s in result.what_if.stops] == [
+        (s.kind, s.version) for s in result.recorded.stops
+    ]
+
+
+def test_what_if_drops_an_expiry_where_the_other_policy_never_stopped() -> None:
+    result = replay.what_if(
+        _expired(),
+        Policy(escalation_threshold=10, handoff_threshold=10, human_deadline=60),
+    )
+    assert result.what_if.stops == ()
+    # The reminder, the expiry, the claim and the return answered nothing.
+    assert result.dropped_human_actions == 4
+    assert result.what_if.final_state == "GATE_FAILED"
+    assert "no hand-off (recorded: DeadlineExpired at version" in " ".join(
+        result.changes
+    )
+
+
+def test_what_if_drops_an_expiry_the_other_policy_s_session_never_had() -> None:
+    """Without a deadline nobody is handed off: the task waits (the claim and
+    the return of the hand-off are dropped too; the next input is assumed
+    answered)."""
+    result = replay.what_if(_expired(), Policy())
+    assert [s.kind for s in result.what_if.stops] == ["escalation", "escalation"]
+    assert result.dropped_human_actions == 4
+    assert result.assumed_resumes == 1
+    assert "no hand-off (recorded: DeadlineExpired at version" in " ".join(
+        result.changes
+    )
+
+
+def test_what_if_hands_off_as_recorded_where_its_task_waits_too() -> None:
+    """The other policy escalates earlier; where the deadline was recorded
+    its task waits as well, so the expiry hands it off there."""
+    recorded = _run(
+        Policy(escalation_threshold=3, handoff_threshold=9, human_deadline=60),
+        [*_failing(3, resume=False), ("clock", "expire")],
+    )
+    result = replay.what_if(
+        recorded,
+        Policy(escalation_threshold=2, handoff_threshold=9, human_deadline=60),
+    )
+    assert [s.kind for s in result.what_if.stops] == [
+        "escalation",
+        "escalation",
+        "hand_off",
+    ]
+    assert result.what_if.final_state == "HAND_OFF"
+    assert result.assumed_resumes == 1
+    assert result.cut_at is None
