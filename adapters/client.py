@@ -58,8 +58,9 @@ from devs.domain import (
 from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import Written
 from devs.domain.errors import error_of_kind
-from devs.domain.names import ResolutionValue
+from devs.domain.names import DeliveryStateValue, ResolutionValue
 from devs.domain.outbox import OutboxMessage
+from devs.domain.ports import Redelivered, WebhooksReport
 from devs.domain.service import RecoveryApi
 from devs.domain.values import Limit, Position, TaskId, valid_position, validated
 
@@ -483,6 +484,23 @@ class HttpRecoveryClient:
         return self._query(  # type: ignore[no-any-return]
             "/outbox", _adapter(list[OutboxMessage]), params=params
         )
+
+    def webhooks(
+        self, *, state: DeliveryStateValue | None = None, limit: int = 50
+    ) -> WebhooksReport:
+        params: dict[str, Any] = {"limit": limit}
+        if state is not None:
+            params["state"] = state
+        return self._query(  # type: ignore[no-any-return]
+            "/webhooks", _adapter(WebhooksReport), params=params
+        )
+
+    def redeliver(self, message_id: str) -> Redelivered:
+        path = "/webhooks/redeliver/" + _segment(message_id)
+        return self._command(path, {}, Redelivered)
+
+    def redeliver_failed(self) -> Redelivered:
+        return self._command("/webhooks/redeliver-failed", {}, Redelivered)
 
     def notifications(self, *, after: int = 0, limit: int = 100) -> list[Notification]:
         params = {"after": after, "limit": limit}

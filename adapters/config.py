@@ -60,6 +60,11 @@ DEFAULT_DB = "devs_state.sqlite"
 DATABASE_URL_ENV = "DEVS_DATABASE_URL"
 READ_WAIT_ENV = READ_WAIT_KEY
 PROJECTIONS_ENV = PROJECTIONS_KEY
+EXTERNAL = "external"
+NOTIFIER_ENV = "DEVS_NOTIFIER"
+"""Set to ``external`` by ``devs serve`` for its workers when a notifier
+process of its own sends the outbox's messages and sweeps the deadlines (the
+workers then run neither); unset, each app runs them in a thread."""
 TOKEN_ENV = "DEVS_API_TOKEN"
 NICENESS_ENV = "DEVS_WORKER_NICENESS"
 STORE_TIMEOUT_ENV = "DEVS_STORE_TIMEOUT"

@@ -26,7 +26,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib.resources import files
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -54,9 +54,10 @@ from devs.domain import (
     StoreError,
     TaskSummary,
 )
-from devs.domain.names import Resolution, SessionReason
+from devs.domain.names import HUMAN_DEADLINE, Resolution, SessionReason
 from devs.domain.operators import TOKEN_SHAPE
 from devs.domain.redaction import excerpt
+from devs.domain.values import DELIVERY_STATES
 
 PREFIX = "/console"
 COOKIE = "devs_console"
@@ -120,7 +121,18 @@ def _waited(moment: datetime, now: datetime) -> str:
     return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
 
 
+def _left(moment: datetime, now: datetime) -> str:
+    """A deadline as the page says it: how long is left, or that it passed
+    (the sweeper hands the task off within a second or two)."""
+    seconds = int((moment - now).total_seconds())
+    if seconds <= 0:
+        return "passed: handing off"
+    return _waited(now - timedelta(seconds=seconds), now) + " left"
+
+
 templates.filters["when"] = _when
+templates.filters["left"] = lambda moment: _left(moment, datetime.now(UTC))
+templates.filters["iso"] = lambda moment: moment.astimezone(UTC).isoformat()
 # How long an item has waited, at the time the page is drawn (an inbox built
 # once per log position is drawn again as the minutes pass).
 templates.filters["waited"] = lambda moment: _waited(moment, datetime.now(UTC))
@@ -191,6 +203,8 @@ class Item:
     signals: list[str] = field(default_factory=list)
     lessons: list[str] = field(default_factory=list)
     entropy: float | None = None
+    deadline: datetime | None = None
+    """When a session is handed off unless someone answers first."""
 
 
 def _why(session: PendingSession, task: TaskSummary | None) -> str:
@@ -272,12 +286,17 @@ def inbox_items(
                 failure_count=entry.failure_count,
                 last_error=_last_error(task),
                 entropy=entry.entropy_score,
+                deadline=entry.deadline_at,
                 **common,
             )
         else:
             item = Item(
                 kind="handoff",
-                why="Hand-off",
+                why=(
+                    "Hand-off: nobody answered before the deadline"
+                    if entry.payload.reason == HUMAN_DEADLINE
+                    else "Hand-off"
+                ),
                 failure_count=entry.payload.failure_count,
                 last_error=_first_line(entry.payload.last_error_excerpt)
                 or _last_error(task),
@@ -722,6 +741,52 @@ def mount(
             metrics=figures,
             charts=[Markup(chart) for chart in charts],
         )
+
+    @router.get("/outbox")
+    async def outbox_page(request: Request) -> Response:
+        operator = await operator_of(request)
+        if operator is None:
+            return _to_login(request)
+        service = service_of()
+        state = request.query_params.get("state") or None
+        if state is not None and state not in DELIVERY_STATES:
+            state = None
+        report = await in_thread(
+            lambda: service.webhooks(state=state, limit=200)  # type: ignore[arg-type]
+        )
+        return _page(
+            request,
+            "outbox.html",
+            title="Outbox",
+            operator=operator,
+            report=report,
+            state=state,
+            states=DELIVERY_STATES,
+            dead_count=sum(channel.dead for channel in report.channels),
+            shown_of={c.channel: c.shown for c in report.channels},
+            done=excerpt(request.query_params.get("done", ""), 200),
+        )
+
+    @router.post("/outbox/redeliver")
+    async def redeliver(request: Request) -> Response:
+        if not _same_origin(request):
+            return _refused_origin()
+        operator = await operator_of(request)
+        if operator is None:
+            return _to_login(request)
+        fields = await read_form(request)
+        service = service_of()
+        message_id = fields.get("message_id", "")
+        try:
+            if fields.get("failed") == "1":
+                done = await in_thread(service.redeliver_failed)
+            else:
+                done = await in_thread(lambda: service.redeliver(message_id))
+        except DevsError as error:
+            message = f"redeliver: {error}"
+            return _refusal(_status_of(error), message, operator=operator)
+        said = quote(f"{done.count} deliveries due again", safe="")
+        return RedirectResponse(f"{PREFIX}/outbox?done={said}", 303, headers=HEADERS)
 
     @router.post("/actions/{action}")
     async def act(request: Request, action: str) -> Response:

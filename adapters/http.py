@@ -28,6 +28,7 @@ import contextvars
 import hmac
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -50,6 +51,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from devs.adapters.config import (
+    EXTERNAL,
+    NOTIFIER_ENV,
     Backend,
     Settings,
     backend_of,
@@ -57,6 +60,7 @@ from devs.adapters.config import (
     check_token,
     open_service,
 )
+from devs.adapters.notifier import Background, NotifySettings, notify_settings
 from devs.adapters.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from devs.adapters.prometheus import exposition
 from devs.domain import (
@@ -92,6 +96,7 @@ from devs.domain.commands import NO_WAIT, WouldWait
 from devs.domain.names import ResolutionValue
 from devs.domain.operators import TOKEN_PREFIX, TOKEN_SHAPE
 from devs.domain.outbox import OutboxMessage
+from devs.domain.ports import Redelivered, WebhooksReport
 from devs.domain.redaction import redact
 from devs.domain.values import Limit, Position, TaskId, parse_time, validated
 
@@ -236,8 +241,9 @@ class WhatIfBody(Body):
         description=(
             "the policy fields to change (escalation_threshold, "
             "handoff_threshold, hitl_entropy_threshold, failure_history_cap, "
-            "stuck_detection); the others, and any given null, keep the "
-            "policy in force"
+            "stuck_detection, human_deadline: a recorded expiry is an input, "
+            "so no deadline is ever invented); the others, and any given "
+            "null, keep the policy in force"
         ),
     )
     task_ids: list[str] | None = Field(default=None, description="only these tasks")
@@ -1342,6 +1348,32 @@ def outbox_messages(
         return served.service.outbox_messages(after=after_position, limit=limit)
 
 
+@notifications.get("/webhooks")
+def webhooks(
+    served: Devs,
+    state: Annotated[
+        str | None, Query(description="only deliveries in this state")
+    ] = None,
+    limit: Annotated[int, Query(description="at most this many (1 to 10,000)")] = 50,
+) -> WebhooksReport:
+    """``webhooks()``: every endpoint the outbox sends to (webhooks, Slack,
+    e-mail) with its counts, and the latest deliveries (docs/notifications.md)."""
+    return served.service.webhooks(state=state, limit=limit)  # type: ignore[arg-type]
+
+
+@notifications.post("/webhooks/redeliver/{message_id}")
+def redeliver(served: Devs, message_id: str) -> Redelivered:
+    """``redeliver(message_id)``: try that message again at once on every
+    endpoint it went to (404 when it has no delivery)."""
+    return served.service.redeliver(message_id)
+
+
+@notifications.post("/webhooks/redeliver-failed")
+def redeliver_failed(served: Devs) -> Redelivered:
+    """``redeliver_failed()``: try every dead letter again at once."""
+    return served.service.redeliver_failed()
+
+
 @notifications.get(
     "/notifications/stream",
     response_class=StreamingResponse,
@@ -1376,22 +1408,30 @@ def create_app(
     token: str | None = None,
     read_wait: float | None = None,
     console_secret: str | None = None,
+    notify: NotifySettings | None = None,
 ) -> FastAPI:
     """The ASGI app over ``service`` (or what ``service()`` opens at startup,
     closed at shutdown). With ``token``, every request but ``/healthz`` and
     the documentation needs ``Authorization: Bearer <token>``.
     ``console_secret`` signs the console's sessions (``DEVS_CONSOLE_SECRET``;
-    default: a random one for this app, its sessions ending with it)."""
+    default: a random one for this app, its sessions ending with it). With
+    ``notify``, a thread of the app sends the outbox's messages and sweeps
+    the human waits' deadlines while it runs (:mod:`devs.adapters.notifier`)."""
     served = Served(service, read_wait)
     mcp = McpEndpoint(served, guarded=token is not None)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         opened = served.open()
+        background = None
         try:
+            if notify is not None:
+                background = Background(served.service, notify).start()
             async with mcp.running():
                 yield
         finally:
+            if background is not None:
+                await asyncio.to_thread(background.stop)
             served.close()
             if opened is not None:
                 opened.close()
@@ -1704,9 +1744,12 @@ def app_from_env() -> FastAPI:
     settings = Settings()
     token = settings.api_token.get_secret_value() if settings.api_token else None
     secret = settings.console_secret
+    # Beside a notifier process of ``devs serve``, the workers send nothing.
+    notify = None if os.environ.get(NOTIFIER_ENV) == EXTERNAL else notify_settings()
     return create_app(
         lambda: open_service(settings),
         token=token,
         read_wait=settings.read_wait,
         console_secret=secret.get_secret_value() if secret else None,
+        notify=notify,
     )

@@ -17,6 +17,7 @@ import random
 import sqlite3
 import time
 from collections.abc import Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import quote
@@ -126,6 +127,18 @@ the writer lock (or counting a reader); its other time-outs took nothing."""
 DEFAULT_LOCK_TIMEOUT = es_sqlite.SQLITE3_DEFAULT_LOCK_TIMEOUT
 
 
+NO_BUSY_WAIT: ContextVar[bool] = ContextVar("devs_no_busy_wait", default=False)
+"""Set by a background thread (the outbox's sender and sweeper): it waits
+for a connection of this process's pool at most :data:`BACKGROUND_TURN`
+(whoever waits there holds up every other request: the pool lets one wait at
+a time) and never in SQLite's busy handler for another process's lock
+(holding the process's one writer connection meanwhile would stall its
+commands and queries). Either is ``WouldWait`` or an ``OperationalError``
+(locked) at once, for the caller to try again at its next look."""
+BACKGROUND_TURN = 0.02
+"""Seconds a background thread waits for a connection of the pool."""
+
+
 class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
     """eventsourcing's pool; opening a connection fails as a PersistenceError.
 
@@ -151,22 +164,28 @@ class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
         a lock held by another process is ``WouldWait`` too (the recorder and
         ``store_errors`` say so). Outside it, the busy wait is on."""
         no_wait = NO_WAIT.get()
-        try:
-            connection = super().get_connection(
-                timeout=0 if no_wait else timeout, is_writer=is_writer
+        background = NO_BUSY_WAIT.get() and not no_wait
+        busy_off = no_wait or background
+        if no_wait:
+            timeout = 0
+        elif background:  # a short turn: waiting here holds up every request
+            timeout = (
+                BACKGROUND_TURN if timeout is None else min(timeout, BACKGROUND_TURN)
             )
+        try:
+            connection = super().get_connection(timeout=timeout, is_writer=is_writer)
         except ConnectionUnavailableError as error:
             if str(error) == NOTHING_RETURNED:  # the lock or count was taken
                 self._give_back(is_writer)
-            if no_wait:
+            if no_wait or background:
                 raise WouldWait(str(error)) from None
             raise
         except PersistenceError:  # opening the connection failed: give back
             self._give_back(is_writer)
             raise
-        if (id(connection) in self._not_waiting) is not no_wait:
+        if (id(connection) in self._not_waiting) is not busy_off:
             try:
-                self._busy_wait(connection, no_wait)
+                self._busy_wait(connection, busy_off)
             except BaseException:
                 self.put_connection(connection)
                 raise

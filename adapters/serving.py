@@ -35,6 +35,12 @@ that is not available; either way, a process still running
 :data:`STOP_GRACE` seconds later exits. Killing the PID a process manager
 knows stops the service.
 
+With an endpoint to notify (webhooks, Slack, e-mail), the supervisor also
+runs a notifier process (:func:`run_notifier`, even beside one worker): the
+outbox's sender and the deadline sweeper, at nice :data:`NOTIFIER_NICENESS`,
+so that deliveries take the CPU the commands leave; the workers then run
+neither. Without one, each worker sweeps the deadlines in a thread.
+
 At start each worker prints one line to stderr (its PID, its address, the
 store, the version), the projector too; with ``DEVS_ACCESS_LOG`` on, each
 request is logged to stdout, in the Common Log Format.
@@ -44,6 +50,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import logging.config
 import multiprocessing
 import os
 import signal
@@ -61,6 +68,8 @@ import uvicorn
 
 from devs.adapters.config import (
     DEFAULT_NICENESS,
+    EXTERNAL,
+    NOTIFIER_ENV,
     POSTGRES_MODULES,
     PROJECTIONS_ENV,
     Backend,
@@ -81,6 +90,10 @@ finish) once asked to, by the supervisor or by its death: then it is killed
 PARENT_POLL = 0.5
 """How often, in seconds, a worker or the projector looks whether its
 supervisor is still its parent."""
+NOTIFIER_NICENESS = 19
+"""How much nicer than the supervisor the notifier runs: the lowest
+priority there is. Commands come first; deliveries take the CPU left (on a
+busy machine they arrive later, and no decision is slower for them)."""
 PR_SET_PDEATHSIG = 1
 """prctl(2): the signal the calling process gets when its parent dies."""
 ACCESS_DATE = "%d/%b/%Y:%H:%M:%S %z"
@@ -213,6 +226,13 @@ def log_config(access_log: bool) -> dict[str, Any]:
                 "propagate": False,
             },
             "uvicorn.error": {"level": "WARNING"},
+            # The outbox's dead letters, disabled endpoints and store outages
+            # (adapters/notifier.py); its INFO lines (each failed try) stay out.
+            "devs.outbox": {
+                "handlers": ["default"],
+                "level": "WARNING",
+                "propagate": False,
+            },
             "uvicorn.access": {
                 "handlers": ["access"],
                 "level": "INFO" if access_log else "WARNING",
@@ -315,20 +335,52 @@ def run_projector(parent: int | None = None) -> None:
         models.follow(stop)
 
 
+def run_notifier(parent: int | None = None, niceness: int = 0) -> None:
+    """The outbox's sender and the deadline sweeper, until SIGTERM, or until
+    ``parent`` (when given) dies; ``niceness`` nicer than its parent."""
+    if parent is not None:
+        die_with_parent(parent)
+    if niceness:
+        os.nice(niceness)
+    from devs.adapters.notifier import Background, channels_of, notify_settings
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor stops it
+    logging.config.dictConfig(log_config(access_log=False))
+    settings = Settings()
+    notify = notify_settings()
+    with open_service(settings) as service:
+        background = Background(service, notify, in_worker=False).start()
+        print(
+            f"devs serve: notifier {os.getpid()} sending to "
+            f"{len(channels_of(notify))} endpoint(s) and sweeping deadlines "
+            f"({store_of(settings)}, {version()})",
+            file=sys.stderr,
+            flush=True,
+        )
+        stop.wait()
+        background.stop()
+
+
 def serve(
     host: str,
     port: int,
     workers: int,
     *,
     projector: bool = False,
+    notifier: bool = False,
     niceness: int = DEFAULT_NICENESS,
 ) -> None:
-    """Serve on ``host``:``port`` with ``workers`` processes (1 and no
-    ``projector``: this one), and with ``projector`` a process that keeps
-    the PostgreSQL read models, the workers ``niceness`` nicer than it."""
+    """Serve on ``host``:``port`` with ``workers`` processes (1, no
+    ``projector`` and no ``notifier``: this one), with ``projector`` a
+    process that keeps the PostgreSQL read models (the workers ``niceness``
+    nicer than it), and with ``notifier`` one that sends the outbox's
+    messages and sweeps the deadlines (:data:`NOTIFIER_NICENESS` nicer
+    than the supervisor: the commands come first)."""
     if projector:
         os.environ[PROJECTIONS_ENV] = "external"  # the workers' (spawned: they inherit)
-    if workers == 1 and not projector:
+    if workers == 1 and not projector and not notifier:
         run_worker(host, port, reuse_port=False)
         return
     if not hasattr(socket, "SO_REUSEPORT"):  # not on this platform: uvicorn's own
@@ -344,6 +396,8 @@ def serve(
             access_log=access_log,
         )
         return
+    if notifier:  # the supervisor's notifier sends: its workers do not
+        os.environ[NOTIFIER_ENV] = EXTERNAL
     # First a plain bind: SO_REUSEPORT would let this server join another
     # one's group on a taken port (the same user's) instead of failing.
     probe = listening_socket(host, port, reuse_port=False)
@@ -354,8 +408,15 @@ def serve(
     holder = listening_socket(host, port, reuse_port=True)
     try:
         port = holder.getsockname()[1]
-        niceness = niceness if projector else 0
-        Supervisor(host, port, workers, projector=projector, niceness=niceness).run()
+        Supervisor(
+            host,
+            port,
+            workers,
+            projector=projector,
+            notifier=notifier,
+            niceness=niceness if projector else 0,
+            notifier_niceness=NOTIFIER_NICENESS,
+        ).run()
     finally:
         holder.close()
 
@@ -371,21 +432,36 @@ class Supervisor:
         workers: int,
         *,
         projector: bool = False,
+        notifier: bool = False,
         niceness: int = 0,
+        notifier_niceness: int = NOTIFIER_NICENESS,
     ) -> None:
         self.host, self.port, self.count = host, port, workers
         self.projector, self.niceness = projector, niceness
+        self.notifier, self.notifier_niceness = notifier, notifier_niceness
+        self.extra = (["projector"] if projector else []) + (
+            ["notifier"] if notifier else []
+        )
+        """The processes beside the workers, at indices ``workers`` and on."""
         self.context = multiprocessing.get_context("spawn")
         self.workers: list[SpawnProcess] = []
         self.started: dict[int, float] = {}
         self.stopping = False
 
     def start_one(self, index: int) -> SpawnProcess:
-        """Worker ``index``; with a projector, the last index is it."""
+        """Worker ``index``; past the workers, the projector and the
+        notifier (those there are, in that order)."""
         me = os.getpid()
-        if index == self.count:
+        kind = self.extra[index - self.count] if index >= self.count else None
+        if kind == "projector":
             worker = self.context.Process(
                 target=run_projector, args=(me,), name="projector"
+            )
+        elif kind == "notifier":
+            worker = self.context.Process(
+                target=run_notifier,
+                args=(me, self.notifier_niceness),
+                name="notifier",
             )
         else:
             worker = self.context.Process(
@@ -401,14 +477,14 @@ class Supervisor:
     def run(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self.stop)
-        total = self.count + (1 if self.projector else 0)
+        total = self.count + len(self.extra)
         self.workers = [self.start_one(index) for index in range(total)]
         try:
             while not self.stopping:
                 time.sleep(0.2)
                 for index, worker in enumerate(self.workers):
                     if not worker.is_alive() and not self.stopping:
-                        what = worker.name if index == self.count else "worker"
+                        what = worker.name if index >= self.count else "worker"
                         print(
                             f"devs serve: {what} {worker.pid} exited with "
                             f"{worker.exitcode}; starting another",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -79,12 +80,23 @@ class WebhookSettings(Immutable):
 
 
 def shown(url: str) -> str:
-    """A URL as errors and listings show it: scheme, host, port and path,
-    never its credentials or query (where webhook URLs keep their keys)."""
-    parts = urlsplit(url)
+    """A URL as errors, listings and log lines show it: scheme, host and
+    port, never its credentials or query, nor its path (where Discord,
+    Teams or Zapier keep their keys): a path is shown as ``/…`` and a short
+    digest of it, which tells two endpoints of one host apart."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(not a URL)"
     host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
+    if ":" in host:
+        host = f"[{host}]"
+    path = ""
+    if parts.path not in ("", "/"):
+        digest = hashlib.sha256(parts.path.encode()).hexdigest()[:6]
+        path = f"/…({digest})"
+    return f"{parts.scheme}://{host}{port}{path}"
 
 
 def _urls(text: str) -> tuple[str, ...]:
@@ -92,12 +104,19 @@ def _urls(text: str) -> tuple[str, ...]:
     if len(urls) > URLS_MAX:
         msg = f"{URLS_ENV} names {len(urls)} endpoints; the limit is {URLS_MAX}"
         raise InvalidInput(msg, field=URLS_ENV)
-    for url in urls:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+    for number, url in enumerate(urls, 1):
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - a port that is no number raises here
+            fit = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            fit = False
+        if not fit:
+            # The URL itself is not repeated: one without a scheme would show
+            # its password as the host's part.
             msg = (
-                f"{URLS_ENV} holds {shown(url)!r}, which is not an http:// or "
-                "https:// URL with a host"
+                f"{URLS_ENV}'s endpoint number {number} is not an http:// or "
+                "https:// URL with a host (and a port that is a number)"
             )
             raise InvalidInput(msg, field=URLS_ENV)
     return urls
@@ -203,7 +222,13 @@ def attempt(
     body = body_of(message)
     headers = signed_headers(message, body, secret)
     try:
-        answer = client.post(url, content=body, headers=headers, timeout=timeout)
+        # Only the status and headers are read: a receiver's body, however
+        # large, is never taken in.
+        with client.stream(
+            "POST", url, content=body, headers=headers, timeout=timeout
+        ) as answer:
+            status = answer.status_code
+            retry_after = answer.headers.get("retry-after")
     except httpx.TimeoutException:
         return Attempt(
             outcome=Attempted.RETRY,
@@ -217,7 +242,6 @@ def attempt(
             status=None,
             error=f"{kind} calling {shown(url)}",
         )
-    status = answer.status_code
     if 200 <= status < 300:
         return Attempt(outcome=Attempted.DELIVERED, status=status)
     if status == 410:
@@ -230,7 +254,7 @@ def attempt(
         outcome=Attempted.RETRY,
         status=status,
         error=f"{shown(url)} answered {status}",
-        retry_after=_retry_after(answer.headers.get("retry-after")),
+        retry_after=_retry_after(retry_after),
     )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -27,6 +28,7 @@ from importlib.metadata import entry_points
 from typing import Annotated, Any, ClassVar, ParamSpec, TypeVar
 
 from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.domain import datetime_now_with_tzinfo
 from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import EnvType, get_topic, resolve_topic
 from pydantic import Field
@@ -46,6 +48,7 @@ from devs.domain.commands import (
 from devs.domain.decisions import (
     ActionResult,
     AttemptDecision,
+    DeadlineResult,
     EntropyDecision,
     GateDecision,
     HistoryEntry,
@@ -53,6 +56,7 @@ from devs.domain.decisions import (
     TaskSummary,
     action_result,
     attempt_decision,
+    deadline_result,
     gate_decision,
     history_entry,
     run_state_of,
@@ -63,19 +67,20 @@ from devs.domain.errors import (
     Conflict,
     InvalidInput,
     StoreError,
+    UnknownMessage,
     UnknownRun,
     UnknownTask,
     UnreadableEvent,
 )
 from devs.domain.gate import evaluate
-from devs.domain.names import HumanAction, Resolution
+from devs.domain.names import DeliveryState, HumanAction, Resolution
 from devs.domain.operators import (
     IssuedToken,
     OperatorEntry,
     Operators,
 )
 from devs.domain.outbox import OutboxMessage
-from devs.domain.policy import Policy, load_policy
+from devs.domain.policy import MAX_HUMAN_DEADLINE, Policy, load_policy
 from devs.domain.ports import (
     READ_MODELS_TOPIC,
     Assembly,
@@ -86,9 +91,11 @@ from devs.domain.ports import (
     Metrics,
     PendingSession,
     ReadModels,
+    Redelivered,
     RunState,
     TaskIndexEntry,
     Verification,
+    WebhooksReport,
     read_wait_of,
 )
 from devs.domain.receipt import Pending, Receipt
@@ -101,12 +108,14 @@ from devs.domain.values import (
     AwareTime,
     CommitId,
     Dag,
+    DeliveryStateName,
     EntropyScore,
     ErrorText,
     ExitCode,
     GateName,
     IdempotencyKey,
     Limit,
+    MessageId,
     OutputText,
     Position,
     RcaSummary,
@@ -137,6 +146,11 @@ READ_AFTER: ContextVar[int | None] = ContextVar("devs_read_after", default=None)
 
 WaitSeconds = Annotated[float, Field(gt=0, le=300, allow_inf_nan=False, strict=False)]
 """How long to wait, in seconds: a number in (0, 300]."""
+
+LeadSeconds = Annotated[
+    float, Field(ge=0, le=MAX_HUMAN_DEADLINE, allow_inf_nan=False, strict=False)
+]
+"""How long before a deadline, in seconds: a number in [0, 30 days]."""
 
 PolicyOrChanges = Annotated[
     Mapping[str, Any] | Policy, Field(union_mode="left_to_right")
@@ -418,6 +432,53 @@ class RecoveryService(TaskCommands, Audits):
             ),
         )
 
+    @api
+    def expire_deadline(self, task_id: TaskId) -> DeadlineResult:
+        """The clock: nobody answered the task's human session by its
+        deadline (the policy's ``human_deadline``), so the task is handed off
+        (fails closed; actor ``devs:deadline``, reason ``human_deadline``)
+        and its run stays paused. ``IllegalTransition``, nothing written,
+        when the task waits on no session with a deadline or the deadline is
+        still ahead (an answer that came first cancelled it)."""
+
+        def decide(task: Task) -> HumanSession:
+            session = task.pending_session
+            task.expire_deadline(now=datetime_now_with_tzinfo())
+            assert session is not None  # refused otherwise
+            return session
+
+        return self._command(
+            task_id,
+            decide,
+            lambda session, task, run: deadline_result(
+                task, run, session, expired=True
+            ),
+        )
+
+    @api
+    def remind_deadline(
+        self, task_id: TaskId, *, before: LeadSeconds
+    ) -> DeadlineResult:
+        """The clock: the task's human session is due within ``before``
+        seconds; record that a reminder went out (once per session).
+        ``IllegalTransition``, nothing written, when the task waits on no
+        session with a deadline, the session was reminded already, or its
+        deadline is more than ``before`` seconds ahead."""
+
+        def decide(task: Task) -> HumanSession:
+            session = task.pending_session
+            task.remind_deadline(now=datetime_now_with_tzinfo(), before=before)
+            assert session is not None  # refused otherwise
+            return session
+
+        return self._command(
+            task_id,
+            decide,
+            lambda session, task, run: deadline_result(
+                task, run, session, expired=False
+            ),
+        )
+
     # ============================================================== operators
 
     @api
@@ -616,6 +677,39 @@ class RecoveryService(TaskCommands, Audits):
         ``outbox`` read model."""
         self._fresh()
         return self.read_models.outbox_messages(after, limit)
+
+    @api
+    def webhooks(
+        self, *, state: DeliveryStateName | None = None, limit: Limit = 50
+    ) -> WebhooksReport:
+        """Every endpoint the outbox sends to (webhooks, Slack, e-mail: each
+        enabled or not, its pending, delivered and dead counts, its last
+        error) and the latest ``limit`` deliveries (of ``state`` only, when
+        given), newest first (docs/notifications.md)."""
+        deliveries = self.read_models.deliveries
+        chosen = None if state is None else DeliveryState(state)
+        return WebhooksReport(
+            channels=deliveries.channels(),
+            deliveries=deliveries.delivery_entries(chosen, limit),
+        )
+
+    @api
+    def redeliver(self, message_id: MessageId) -> Redelivered:
+        """Try message ``message_id`` again, at once, on every endpoint it
+        went to (delivered, pending or dead), enabling an endpoint that had
+        answered 410; ``UnknownMessage`` if it has no delivery."""
+        count = self.read_models.deliveries.redeliver(message_id, time.time())
+        if count == 0:
+            raise UnknownMessage(message_id)
+        return Redelivered(count=count)
+
+    @api
+    def redeliver_failed(self) -> Redelivered:
+        """Try every dead letter again, at once (enabling the endpoints that
+        had answered 410); how many (0: there was none)."""
+        return Redelivered(
+            count=self.read_models.deliveries.redeliver(None, time.time())
+        )
 
     @api
     def notifications(

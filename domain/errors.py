@@ -203,6 +203,18 @@ class UnknownOperator(NotFound):
         self.name = name
 
 
+class UnknownMessage(NotFound):
+    """A message id with no delivery to try again."""
+
+    def __init__(self, message_id: str) -> None:
+        super().__init__(
+            f"no delivery of message {message_id!r}: it is unknown, or was "
+            "recorded before any endpoint was configured (`devs webhooks list` "
+            "shows the deliveries there are)"
+        )
+        self.message_id = message_id
+
+
 class NotCaughtUp(DevsError):
     """The read models did not fold the log position a query asked for
     (read-your-writes: ``after=N``) within the wait allowed. Nothing is wrong

@@ -43,7 +43,20 @@ class MessageType(StrEnum):
     HANDOFF_CLAIMED = "handoff.claimed"
     HANDOFF_RESOLVED = "handoff.resolved"
     DEADLINE_EXPIRED = "deadline.expired"
+    DEADLINE_REMINDER = "deadline.reminder"
     TASK_COMPLETED = "task.completed"
+
+
+class DeliveryState(StrEnum):
+    """What became of one message on one channel (``devs webhooks list``)."""
+
+    PENDING = "pending"  # waiting for its first or next try
+    DELIVERED = "delivered"  # the endpoint answered 2xx
+    DEAD = "dead"  # no try left, or the endpoint answered 410: a dead letter
+
+
+DeliveryStateValue = Literal["pending", "delivered", "dead"]
+""":class:`DeliveryState`'s values as a type checker sees them."""
 
 
 class HumanAction(StrEnum):
@@ -112,6 +125,8 @@ class LogEvent(StrEnum):
     ENTROPY_MEASURED = "ENTROPY_MEASURED"
     LESSON_LOGGED = "LESSON_LOGGED"
     HUMAN_ACTION = "HUMAN_ACTION"
+    DEADLINE_EXPIRED = "DEADLINE_EXPIRED"
+    DEADLINE_REMINDED = "DEADLINE_REMINDED"
     RUN_STARTED = "RUN_STARTED"
     RUN_NODE_STARTED = "RUN_NODE_STARTED"
     RUN_NODE_SETTLED = "RUN_NODE_SETTLED"
@@ -127,3 +142,10 @@ class LogEvent(StrEnum):
 
 HAND_OFF_REQUIRED = "hand_off_required"
 """The status (and suspension reason) of a task in the human queue."""
+
+HUMAN_DEADLINE = "human_deadline"
+"""Why a task whose human session outlived the policy's ``human_deadline``
+was handed off (``HandoffPayload.reason``)."""
+
+DEADLINE_ACTOR = "devs:deadline"
+"""The actor of an expiry: the referee's clock, not a person."""

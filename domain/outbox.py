@@ -23,7 +23,13 @@ from typing import Any
 from devs.domain.chart import MACHINE_SPEC, TaskState, Trigger
 from devs.domain.model import Immutable
 from devs.domain.names import HAND_OFF_REQUIRED, MessageType
-from devs.domain.task import RESOLUTION_TRIGGERS, Task, TaskEvent, task_id_of
+from devs.domain.task import (
+    RESOLUTION_TRIGGERS,
+    HumanSession,
+    Task,
+    TaskEvent,
+    task_id_of,
+)
 
 
 class OutboxMessage(Immutable):
@@ -75,6 +81,11 @@ def _message(
     )
 
 
+def _deadline(session: HumanSession) -> str | None:
+    """When the session fails closed, if its task's policy has a deadline."""
+    return None if session.deadline_at is None else session.deadline_at.isoformat()
+
+
 @singledispatch
 def message_of(domain_event: Any, position: int) -> OutboxMessage | None:
     """The message ``domain_event`` (recorded at ``position``) sends, if any."""
@@ -91,6 +102,7 @@ def _(e: Task.Escalated, position: int) -> OutboxMessage:
         session_id=e.session.session_id,
         failure_count=e.report.failure_count,
         last_error=e.report.last_error,
+        deadline_at=_deadline(e.session),
     )
 
 
@@ -103,6 +115,7 @@ def _(e: Task.Paused, position: int) -> OutboxMessage:
         reason=e.session.reason.value,
         session_id=e.session.session_id,
         entropy_score=e.session.entropy_score,
+        deadline_at=_deadline(e.session),
     )
 
 
@@ -168,6 +181,32 @@ def _(e: Task.HandoffResolved, position: int) -> OutboxMessage:
 
 
 @message_of.register
+def _(e: Task.DeadlineExpired, position: int) -> OutboxMessage:
+    return _message(
+        e,
+        position,
+        MessageType.DEADLINE_EXPIRED,
+        reason=e.reason,
+        session_id=e.session_id,
+        deadline_at=e.deadline_at.isoformat(),
+        actor=e.actor,
+        failure_count=e.payload.failure_count,
+        last_error=e.payload.last_error_excerpt,
+    )
+
+
+@message_of.register
+def _(e: Task.DeadlineReminded, position: int) -> OutboxMessage:
+    return _message(
+        e,
+        position,
+        MessageType.DEADLINE_REMINDER,
+        session_id=e.session_id,
+        deadline_at=e.deadline_at.isoformat(),
+    )
+
+
+@message_of.register
 def _(e: Task.GatePassed, position: int) -> OutboxMessage:
     return _message(e, position, MessageType.TASK_COMPLETED, gate=e.gate)
 
@@ -191,7 +230,10 @@ def sources(trigger: Trigger) -> list[str]:
 def _state_after(e: TaskEvent) -> TaskState:
     """The state after ``e``, from any state its trigger fires from: each
     event that sends a message leads to one state from all of them (the
-    chart says so; the tests check it), so no fold of the task is needed."""
+    chart says so; the tests check it), so no fold of the task is needed. A
+    reminder leaves the task where it waits, which it records."""
+    if isinstance(e, Task.DeadlineReminded):
+        return e.waiting_in
     return e.state_after(sources(_trigger_of(e))[0])
 
 

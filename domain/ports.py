@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 from devs.domain.chart import TaskState
 from devs.domain.gate import GateFailureReason
 from devs.domain.model import Immutable
-from devs.domain.names import ResolutionValue, SessionReason
+from devs.domain.names import DeliveryState, ResolutionValue, SessionReason
 from devs.domain.outbox import OutboxMessage
 from devs.domain.run import RunStatus
 from devs.domain.task import FailureAnalysisReport, HandoffPayload
@@ -66,6 +66,11 @@ class PendingSession(Immutable):
     opened_at: datetime
     entropy_score: float | None
     failure_count: int
+    deadline_at: datetime | None = None
+    """When the task is handed off unless a human answers first (``None``:
+    no deadline)."""
+    reminded: bool = False
+    """Whether the reminder before the deadline went out."""
 
 
 class HandoffEntry(Immutable):
@@ -293,9 +298,19 @@ class ReadModels(
     """Every read model of the application, and how they are kept current."""
 
     names: tuple[str, ...]
+    deliveries: OutboxDeliveries
+    """What became of each message on each channel (kept beside the read
+    models, in the same database, but never rebuilt: it is no fold of the log)."""
 
     def catch_up(self) -> int:
         """Bring every read model up to the end of the log; return the position."""
+
+    def keep_up(self, names: Sequence[str]) -> int:
+        """Bring the named read models up to the end of the log as it is now,
+        for a background reader (the outbox's sender) that may wait its turn:
+        where this process folds them (SQLite) the write lock is waited for
+        between the commands, never raced for; where a runner folds them
+        (PostgreSQL) nothing is waited for. The position they reached."""
 
     def wait_for(self, position: int, timeout: float) -> int:
         """Wait until every read model has folded log position ``position``,
@@ -348,3 +363,141 @@ def read_wait_of(env: Any) -> float:
     """The read wait an assembled env holds (``READ_WAIT_KEY``)."""
     value = env.get(READ_WAIT_KEY)
     return float(value) if value else DEFAULT_READ_WAIT
+
+
+# ------------------------------------------------------------- deliveries
+
+
+class ChannelEntry(Immutable):
+    """One endpoint the outbox sends to (a webhook URL, Slack, e-mail), as
+    recorded the first time a server was configured with it."""
+
+    channel: str
+    """Its key: ``webhook:``, ``slack:`` or ``email:`` and a digest of its
+    address (an address may hold a credential: it is never stored)."""
+    kind: str
+    shown: str
+    """Its address without credentials or query (``https://host/path``)."""
+    since_position: int
+    """It hears of the events recorded after this log position."""
+    enabled: bool
+    disabled_reason: str | None
+    pending: int
+    delivered: int
+    dead: int
+    last_error: str | None
+
+
+class DeliveryEntry(Immutable):
+    """One message on one channel."""
+
+    message_id: str
+    channel: str
+    type: str
+    task_id: str
+    position: int
+    state: DeliveryState
+    tries: int
+    next_at: datetime | None
+    """When it is tried next (``None`` once delivered or dead)."""
+    last_status: int | None
+    last_error: str | None
+    updated_at: datetime
+
+
+class WebhooksReport(Immutable):
+    """Every endpoint the outbox sends to, and the latest deliveries."""
+
+    channels: list[ChannelEntry]
+    deliveries: list[DeliveryEntry]
+
+
+class Redelivered(Immutable):
+    """How many deliveries were made due again."""
+
+    count: int
+
+
+class Claimed(Immutable):
+    """A delivery leased to one sender for one try."""
+
+    channel: str
+    message: OutboxMessage
+    tries: int
+    """Tries already made."""
+
+
+class Settled(Immutable):
+    """What one try came to, as the sender records it."""
+
+    channel: str
+    message_id: str
+    state: DeliveryState
+    next_at: float | None
+    """The clock time of the next try (``time.time()``) while pending."""
+    status: int | None
+    error: str | None
+    disable: bool = False
+    """The endpoint asked never to be called again (410): disable it."""
+
+
+class OutboxDeliveries(Protocol):
+    """The state of every delivery, with the leases that keep two senders
+    (processes, servers of one database) from trying one message at once."""
+
+    def open_channels(
+        self, channels: Sequence[tuple[str, str, str]], log_end: int
+    ) -> None:
+        """Record each ``(channel, kind, shown)`` not yet known, hearing of
+        the events after ``log_end`` (enabling a channel on an old database
+        sends none of its history)."""
+
+    def enqueue(self, channels: Mapping[str, frozenset[str] | None], limit: int) -> int:
+        """Add, for each channel (name -> the message types it takes, ``None``:
+        all), the outbox's messages past its position, at most ``limit`` per
+        channel; how many deliveries were added."""
+
+    def claim(
+        self, owner: str, channels: Sequence[str], now: float, lease: float, limit: int
+    ) -> list[Claimed]:
+        """Lease up to ``limit`` due deliveries of ``channels`` to ``owner``
+        for ``lease`` seconds (skipping those leased to another sender)."""
+
+    def exchange(
+        self,
+        owner: str,
+        results: Sequence[Settled],
+        channels: Mapping[str, frozenset[str] | None],
+        now: float,
+        lease: float,
+        wants: Mapping[str, int],
+    ) -> list[Claimed]:
+        """``settle``, ``enqueue`` and a claim of up to ``wants[channel]``
+        deliveries of each channel, in one write transaction (a sender's one
+        look), or none at all when there is nothing to record, add or claim
+        (read first)."""
+
+    def settle(self, owner: str, results: Sequence[Settled], now: float) -> None:
+        """Record what ``owner``'s tries came to; a delivery whose lease
+        ``owner`` lost meanwhile (it took longer than the lease) is left as
+        the sender now holding it records it."""
+
+    def channels(self) -> list[ChannelEntry]:
+        """Every channel ever opened, with its counts."""
+
+    def delivery_entries(
+        self, state: DeliveryState | None, limit: int
+    ) -> list[DeliveryEntry]:
+        """The latest deliveries (of one state), newest message first."""
+
+    def redeliver(self, message_id: str | None, now: float) -> int:
+        """Make due again every delivery of ``message_id`` (``None``: every
+        dead one), re-enabling the channels they belong to; how many."""
+
+    def hold_lease(self, name: str, owner: str, now: float, seconds: float) -> bool:
+        """Take or keep the lease ``name`` (one sweeper across servers) for
+        ``seconds``; whether ``owner`` holds it."""
+
+    def release_lease(self, name: str, owner: str) -> None:
+        """Let the lease ``name`` go if ``owner`` holds it (a clean stop:
+        another process takes it over at once, not when it runs out)."""

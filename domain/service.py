@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from devs.domain.chart import StateValue
-from devs.domain.names import ResolutionValue
+from devs.domain.names import DeliveryStateValue, ResolutionValue
 from devs.domain.outbox import OutboxMessage
 
 if TYPE_CHECKING:
@@ -44,9 +44,11 @@ if TYPE_CHECKING:
         Lesson,
         Metrics,
         PendingSession,
+        Redelivered,
         RunState,
         TaskIndexEntry,
         Verification,
+        WebhooksReport,
     )
 
 
@@ -168,6 +170,14 @@ class RecoveryApi(Protocol):
     def outbox_messages(
         self, *, after: int = 0, limit: int = 100
     ) -> list[OutboxMessage]: ...
+
+    def webhooks(
+        self, *, state: DeliveryStateValue | None = None, limit: int = 50
+    ) -> WebhooksReport: ...
+
+    def redeliver(self, message_id: str) -> Redelivered: ...
+
+    def redeliver_failed(self) -> Redelivered: ...
 
     # --------------------------------------------------------------- audit
 

@@ -61,11 +61,17 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from devs.domain.chart import StateValue, TaskState
 from devs.domain.errors import InvalidInput
-from devs.domain.names import Resolution, ResolutionValue
+from devs.domain.names import (
+    DeliveryState,
+    DeliveryStateValue,
+    Resolution,
+    ResolutionValue,
+)
 from devs.domain.redaction import redact, secret_kind
 
 __all__ = [
     "DAG_MAX_NODES",
+    "DELIVERY_STATES",
     "ERROR_MAX",
     "EXIT_CODE_MAX",
     "EXIT_CODE_MIN",
@@ -85,11 +91,13 @@ __all__ = [
     "AwareTime",
     "CommitId",
     "Dag",
+    "DeliveryStateName",
     "EntropyScore",
     "ErrorText",
     "ExitCode",
     "GateName",
     "Limit",
+    "MessageId",
     "NodeId",
     "OutputText",
     "Position",
@@ -626,6 +634,26 @@ ResolutionName = Annotated[ResolutionValue, _one_of(RESOLUTIONS)]
 
 StateName = Annotated[StateValue, _one_of(STATES)]
 """A task state (a ``TaskState`` member or its value)."""
+
+DELIVERY_STATES = tuple(member.value for member in DeliveryState)
+
+DeliveryStateName = Annotated[DeliveryStateValue, _one_of(DELIVERY_STATES)]
+"""A delivery's state (a ``DeliveryState`` member or its value)."""
+
+
+def _message_id(name: str, error: ErrorDetails, loc: Loc) -> str:
+    return (
+        f"{name} must be a message id (msg_ and 32 lowercase hex digits, as "
+        f"`devs webhooks list` shows), got {_describe(error['input'])}"
+    )
+
+
+MessageId = Annotated[
+    str,
+    StringConstraints(strict=True, pattern=r"^msg_[0-9a-f]{32}$"),
+    Wording(_message_id),
+]
+"""An outbox message's id (``msg_`` and 32 hex digits)."""
 
 
 # ======================================================== the decorator

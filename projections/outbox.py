@@ -17,13 +17,18 @@ import orjson
 from eventsourcing.persistence import Tracking, TrackingRecorder
 
 from devs.domain.outbox import MESSAGING_EVENTS, OutboxMessage, message_of
+from devs.domain.task import Task
 from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, folds
 
 
 class OutboxView(TrackingRecorder, ABC):
     @abstractmethod
+    def add_task(self, task_id: str, run_id: str | None, tracking: Tracking) -> None:
+        """Remember the run a task belongs to (its messages name it)."""
+
+    @abstractmethod
     def add_message(self, row: dict[str, Any], tracking: Tracking) -> None:
-        """Record a message to send."""
+        """Record a message to send, with the run of its task in its data."""
 
     @abstractmethod
     def passed(self, tracking: Tracking) -> None:
@@ -53,10 +58,16 @@ def _fold(self: Any, domain_event: Any, tracking: Tracking) -> None:
     )
 
 
+def _started(self: Any, domain_event: Task.Started, tracking: Tracking) -> None:
+    self.view.add_task(domain_event.task_id, domain_event.run_id, tracking)
+
+
 class OutboxProjection(ReadModelProjection[OutboxView]):
-    """One handler for every event class that may send a message."""
+    """One handler for every event class that may send a message, and one
+    for a task's start (the run its messages name)."""
 
     process_event = folds()
+    process_event.register(Task.Started, _started)
     for _event_class in MESSAGING_EVENTS:
         process_event.register(_event_class, _fold)
     del _event_class
@@ -66,8 +77,8 @@ class OutboxTables(OutboxView, SQLTables):
     """The ``outbox_messages`` table and its SQL (SQLite and PostgreSQL)."""
 
     name: ClassVar[str] = "outbox"
-    schema_version: ClassVar[int] = 1
-    tables: ClassVar[tuple[str, ...]] = ("outbox_messages",)
+    schema_version: ClassVar[int] = 2
+    tables: ClassVar[tuple[str, ...]] = ("outbox_messages", "outbox_task_runs")
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS outbox_messages ("
         "message_id TEXT PRIMARY KEY, "
@@ -78,10 +89,30 @@ class OutboxTables(OutboxView, SQLTables):
         "data TEXT NOT NULL)",
         "CREATE INDEX IF NOT EXISTS outbox_messages_position "
         "ON outbox_messages (position)",
+        "CREATE TABLE IF NOT EXISTS outbox_task_runs ("
+        "task_id TEXT PRIMARY KEY, "
+        "run_id TEXT NOT NULL)",
     )
+
+    def add_task(self, task_id: str, run_id: str | None, tracking: Tracking) -> None:
+        with self.changes(tracking) as cursor:
+            if run_id is not None:  # most tasks belong to no run: no row
+                row = {"task_id": task_id, "run_id": run_id}
+                self._insert(
+                    cursor, "outbox_task_runs", row, "ON CONFLICT (task_id) DO NOTHING"
+                )
 
     def add_message(self, row: dict[str, Any], tracking: Tracking) -> None:
         with self.changes(tracking) as cursor:
+            cursor.execute(
+                "SELECT run_id FROM outbox_task_runs WHERE task_id = ?",
+                (row["task_id"],),
+            )
+            found = cursor.fetchone()
+            if found is not None:
+                data = orjson.loads(row["data"])
+                named = {"task_id": data["task_id"], "run_id": found["run_id"], **data}
+                row = {**row, "data": orjson.dumps(named).decode()}
             self._insert(
                 cursor, "outbox_messages", row, "ON CONFLICT (message_id) DO NOTHING"
             )

@@ -63,6 +63,8 @@ from devs.domain.errors import (
 from devs.domain.ports import PROJECTIONS_KEY, Verification, read_wait_of
 from devs.domain.redaction import redact
 from devs.projections.base import Handler, ReadModelProjection, differences
+from devs.projections.deliveries import DDL as DELIVERY_DDL
+from devs.projections.deliveries import PostgresDeliveries
 from devs.projections.pg import (
     DDL_LOCK,
     POSTGRES,
@@ -136,7 +138,8 @@ class PostgresViews(SerializedDDL, PostgresTrackingRecorder):
             self.projections[view.name] = projection_class(view=view)
             self.sql_create_statements.extend(view.create_statements())
         self.sql_create_statements.extend(
-            SQL(pg_ddl(statement)).format() for statement in UNREADABLE_DDL
+            SQL(pg_ddl(statement)).format()
+            for statement in (*UNREADABLE_DDL, *DELIVERY_DDL)
         )
         self.fingerprint = hashlib.sha256(
             "\n".join(s.as_string() for s in self.sql_create_statements).encode()
@@ -375,6 +378,10 @@ def log_class(name: str) -> type[Application[str]]:
     return RecoveryLog
 
 
+KEEP_UP_WAIT = 1.0
+"""The longest ``keep_up`` waits for the runner, in seconds."""
+
+
 class PostgresReadModels(ViewQueries):
     """The application's read models in its PostgreSQL database."""
 
@@ -395,6 +402,7 @@ class PostgresReadModels(ViewQueries):
         self.store.create_table()
         self.views: dict[str, Any] = dict(self.store.views)
         self.names = tuple(self.views)
+        self.deliveries = PostgresDeliveries(self.store.datastore)
         schema = Identifier(self.store.datastore.schema or "public")
         self._marks_statement = SQL(
             "SELECT (SELECT MAX(notification_id) FROM {}.{} "
@@ -607,6 +615,16 @@ class PostgresReadModels(ViewQueries):
         """Wait until the runner folded the log as it ends now; the position."""
         last = self.app.recorder.max_notification_id() or 0
         return self._wait(last, self.wait, recorded=True)
+
+    def keep_up(self, names: Sequence[str]) -> int:
+        """The runner folds them: wait a little (at most :data:`KEEP_UP_WAIT`)
+        for it to reach the log's end as it is now, then the position it
+        reached, behind or not (the next look takes the rest)."""
+        last = self.app.recorder.max_notification_id() or 0
+        try:
+            return self._wait(last, min(self.wait, KEEP_UP_WAIT), recorded=True)
+        except NotCaughtUp as error:
+            return error.reached if error.reached is not None else self.position()
 
     def wait_for(self, position: int, timeout: float) -> int:
         """Wait until the runner folded ``position`` (only that: the log may

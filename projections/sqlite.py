@@ -51,6 +51,7 @@ from devs.projections.base import (
     differences,
     persistence_error,
 )
+from devs.projections.deliveries import SQLiteDeliveries
 from devs.projections.queries import ViewQueries, unknown_read_models
 from devs.projections.registry import SQLITE
 from devs.projections.tasks import SQLiteTasksView
@@ -137,6 +138,8 @@ class SQLiteReadModels(ViewQueries):
             view.setup()
         self.unreadable = UnreadableEvents(datastore)
         self.unreadable.setup()
+        self.deliveries = SQLiteDeliveries(datastore)
+        self.deliveries.setup()
         self._handlers: dict[tuple[str, type[Any]], Handler | None] = {}
         self._seen: dict[str, int] = {}
         self._skipped: dict[int, Unreadable] = {}
@@ -213,6 +216,14 @@ class SQLiteReadModels(ViewQueries):
             return self.catch_up_to(last, names, progress, positions=positions)
 
         return self._patiently(fold, time.monotonic() + self.wait, self.wait)
+
+    def keep_up(self, names: Sequence[str]) -> int:
+        """Fold the log as it ends now into the named read models, waiting
+        for the write lock (the connection pool's turn, then SQLite's lock
+        timeout) instead of trying it without waiting: commands that hold it
+        back to back leave no gap for a fold that never waits."""
+        last, positions = self._marks(with_log_end=True)
+        return self.catch_up_to(last, names, positions=positions)
 
     def wait_for(self, position: int, timeout: float) -> int:
         """Fold the log up to ``position`` into every read model; the position

@@ -50,6 +50,7 @@ READ_MODEL_TABLES = (
     "metrics_strategy_failures",
     "metrics_stuck_signals",
     "outbox_messages",
+    "outbox_task_runs",
 )
 
 

@@ -296,19 +296,27 @@ def show_rows(
     title: str,
     columns: Sequence[str],
     row: Callable[[Any], Sequence[str]],
+    whole: Sequence[str] = (),
 ) -> None:
-    """A listing: JSON for tooling, else a table (or a line when it is empty)."""
+    """A listing: JSON for tooling, else a table (or a line when it is empty).
+    The ``whole`` columns (ids to copy) are never cut short on a narrow
+    terminal: the others give way."""
     if as_json:
         emit_json(items)
         return
     if not items:
         plain(empty)
         return
+    rows = [row(item) for item in items]
     table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
-    for item in items:
-        table.add_row(*row(item))
+    for index, column in enumerate(columns):
+        if column in whole:
+            width = max(len(cells[index]) for cells in rows)
+            table.add_column(column, no_wrap=True, min_width=width)
+        else:
+            table.add_column(column)
+    for cells in rows:
+        table.add_row(*cells)
     out.print(table)
 
 

@@ -60,6 +60,7 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
     """
     # the server's libraries load only for this command
     from devs.adapters import serving
+    from devs.adapters.notifier import channels_of, notify_settings, open_channels
 
     # Every setting is checked here, not in each worker, and a store that
     # cannot be opened fails now: one line, the documented exit code.
@@ -70,6 +71,10 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
             "without DEVS_API_TOKEN: set a token, or bind 127.0.0.1",
             ExitCode.REFUSED,
         )
+    # A wrong DEVS_WEBHOOK_*, DEVS_SMTP_URL, …: refused now. With endpoints,
+    # a process of their own sends to them, beside the workers.
+    notify = notify_settings()
+    notifier = bool(channels_of(notify))
     os.environ[DB_ENV] = settings.db  # the workers open the same database
     if settings.console_secret is None:
         # One key for the console's sessions, shared by this server's
@@ -82,9 +87,19 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
         backend_of(app) is Backend.POSTGRES
         and settings.projections is not Projections.EXTERNAL
     )
+    # The endpoints hear of what is recorded from now on: opened before any
+    # worker answers, so no message of this run is taken for history.
+    open_channels(app, notify)
     app.close()
     niceness = settings.worker_niceness
     try:
-        serving.serve(host, port, workers, projector=projector, niceness=niceness)
+        serving.serve(
+            host,
+            port,
+            workers,
+            projector=projector,
+            notifier=notifier,
+            niceness=niceness,
+        )
     except OSError as error:  # the address is taken, or not this machine's
         fail(f"cannot listen on {host}:{port}: {error}", ExitCode.REFUSED)

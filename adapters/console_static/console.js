@@ -115,3 +115,47 @@
     inbox.setAttribute("data-live-open", "false");
   });
 })();
+
+// Deadlines: each wait's countdown, every second, from its data-deadline
+// (an ISO time); the page's own text is the same figure when it was drawn.
+(function () {
+  function left(seconds) {
+    if (seconds <= 0) {
+      return "passed: handing off";
+    }
+    if (seconds < 60) {
+      return seconds + " s left";
+    }
+    if (seconds < 3600) {
+      return Math.floor(seconds / 60) + " min " + (seconds % 60) + " s left";
+    }
+    if (seconds < 86400) {
+      return (
+        Math.floor(seconds / 3600) +
+        " h " +
+        Math.floor((seconds % 3600) / 60) +
+        " min left"
+      );
+    }
+    return (
+      Math.floor(seconds / 86400) +
+      " d " +
+      Math.floor((seconds % 86400) / 3600) +
+      " h left"
+    );
+  }
+
+  function tick() {
+    var now = Date.now();
+    var nodes = document.querySelectorAll("[data-deadline]");
+    Array.prototype.forEach.call(nodes, function (node) {
+      var at = Date.parse(node.getAttribute("data-deadline"));
+      if (!isNaN(at)) {
+        node.textContent = left(Math.floor((at - now) / 1000));
+      }
+    });
+  }
+
+  tick();
+  window.setInterval(tick, 1000);
+})();

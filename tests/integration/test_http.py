@@ -431,12 +431,15 @@ def test_a_refused_keyed_command_is_decided_again(client: TestClient) -> None:
 
 
 def test_the_key_is_in_the_openapi_document(client: TestClient) -> None:
-    """On every command: each POST but /what-if, a question with a body."""
+    """On every command: each POST but /what-if, a question with a body, and
+    the redeliveries, which record nothing in the log (a message due again
+    twice is due again once)."""
     document = ok(client.get("/openapi.json"))
     for path, operations in document["paths"].items():
         for method, operation in operations.items():
             names = {p["name"] for p in operation.get("parameters", [])}
-            command = method == "post" and path != "/what-if"
+            logged = path != "/what-if" and not path.startswith("/webhooks/")
+            command = method == "post" and logged
             assert ("Idempotency-Key" in names) == command, (method, path)
 
 

@@ -49,3 +49,20 @@ def test_a_rebuild_gives_the_same_messages_and_verify_agrees(
     report = service.verify()
     assert report.ok, report.problems
     assert "outbox" in report.read_models
+
+
+def test_a_message_of_a_task_in_a_run_names_the_run(make_service: Any) -> None:
+    service: RecoveryService = make_service()
+    service.start_run("r1", {"a": []})
+    service.start_task("a", run_id="r1")
+    service.start_task("lone")
+    for task_id in ("a", "lone"):
+        for i in range(3):
+            service.record_gate(task_id, 1, strategy=f"s{i}", error=f"E {i}")
+    found = {m.task_id: m.data for m in service.outbox_messages()}
+    assert found["a"]["run_id"] == "r1"
+    assert list(found["a"])[:2] == ["task_id", "run_id"]
+    assert "run_id" not in found["lone"]
+    # A rebuild names it again.
+    service.rebuild_projections(["outbox"])
+    assert {m.task_id: m.data for m in service.outbox_messages()} == found

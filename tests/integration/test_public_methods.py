@@ -54,7 +54,9 @@ VALID: dict[str, object] = {
     "candidate": "an idea",
     "position": 0,
     "timeout": 1.0,
+    "before": 60.0,
     "name": "ann",
+    "message_id": "msg_" + "0" * 32,
 }
 """A valid value of each parameter, by name: the others of a call get these."""
 

@@ -68,7 +68,7 @@ def test_queries_answer_from_views_of_its_own(
     assert unwritable.verify().ok
     models = unwritable.read_models
     assert isinstance(models, SQLiteReadModels)
-    assert models.datastore is not unwritable.factory.datastore  # type: ignore[attr-defined]
+    assert models.datastore is not unwritable.factory.datastore
     assert event_count(written) == events
     assert table_rows(written) == rows
 

@@ -306,7 +306,7 @@ def test_a_catch_up_whose_view_moved_back_under_it_folds_everything(
                 sqlite_models(a).repair()  # a remakes the view, empty, at position 0
             return found
 
-        models.positions = positions_then_rebuild  # type: ignore[method-assign]
+        models.positions = positions_then_rebuild
         assert {e.task_id for e in b.tasks()} == {"t1", "t3", "w1", "w2"}
         assert a.verify().ok
 
@@ -347,7 +347,7 @@ def test_two_processes_meeting_a_dropped_table_both_answer(db_path: Path) -> Non
             sqlite_models(a).repair()
             return own_repair()  # nothing left to remake
 
-        models.repair = repaired_first_by_a  # type: ignore[method-assign]
+        models.repair = repaired_first_by_a
         assert [s.task_id for s in b.pending_sessions()] == ["t5"]
 
 
