@@ -33,7 +33,6 @@ from typing import Any, ClassVar
 
 import orjson
 from eventsourcing.persistence import OperationalError
-from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
 
 from devs.domain.commands import locked
@@ -46,7 +45,6 @@ from devs.domain.ports import (
     Settled,
 )
 from devs.projections.base import persistence_error
-from devs.projections.pg import PgCursor
 
 DDL: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS outbox_channels ("
@@ -545,24 +543,3 @@ class SQLiteDeliveries(DeliveryTables):
                 if not locked(error) or time.monotonic() > deadline:
                     raise
             time.sleep(0.005)
-
-
-class PostgresDeliveries(DeliveryTables):
-    """The deliveries in the application's PostgreSQL database (its tables
-    are made with the read models', :data:`DDL`)."""
-
-    claim_lock: ClassVar[str] = " FOR UPDATE OF d SKIP LOCKED"
-    row_lock: ClassVar[str] = " FOR UPDATE"
-
-    def __init__(self, datastore: PostgresDatastore) -> None:
-        self.datastore = datastore
-
-    @contextmanager
-    def _write(self) -> Iterator[Any]:
-        with self.datastore.transaction(commit=True) as cursor:
-            yield PgCursor(cursor)
-
-    @contextmanager
-    def _read(self) -> Iterator[Any]:
-        with self.datastore.transaction(commit=False) as cursor:
-            yield PgCursor(cursor)

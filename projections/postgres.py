@@ -33,8 +33,9 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar, TypeVar
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import Mapper, PersistenceError, StoredEvent, Tracking
@@ -64,10 +65,11 @@ from devs.domain.ports import PROJECTIONS_KEY, Verification, read_wait_of
 from devs.domain.redaction import redact
 from devs.projections.base import Handler, ReadModelProjection, differences
 from devs.projections.deliveries import DDL as DELIVERY_DDL
-from devs.projections.deliveries import PostgresDeliveries
+from devs.projections.deliveries import DeliveryTables
 from devs.projections.pg import (
     DDL_LOCK,
     POSTGRES,
+    PgCursor,
     PostgresView,
     SerializedDDL,
     folding,
@@ -860,3 +862,24 @@ class PostgresReadModels(ViewQueries):
                 if progress is not None:
                     progress(min(start - 1, position), position)
         return position, undecodable
+
+
+class PostgresDeliveries(DeliveryTables):
+    """The deliveries in the application's PostgreSQL database (its tables
+    are made with the read models', :data:`DDL`)."""
+
+    claim_lock: ClassVar[str] = " FOR UPDATE OF d SKIP LOCKED"
+    row_lock: ClassVar[str] = " FOR UPDATE"
+
+    def __init__(self, datastore: PostgresDatastore) -> None:
+        self.datastore = datastore
+
+    @contextmanager
+    def _write(self) -> Iterator[Any]:
+        with self.datastore.transaction(commit=True) as cursor:
+            yield PgCursor(cursor)
+
+    @contextmanager
+    def _read(self) -> Iterator[Any]:
+        with self.datastore.transaction(commit=False) as cursor:
+            yield PgCursor(cursor)
