@@ -85,7 +85,11 @@ class ClaudeCode:
         tool = event.get("tool_name")
         tool_input = _mapping(event, "tool_input")
         command = self.command(tool, tool_input)
-        edits = self.edits(tool, tool_input) if kind == "post_tool" else ()
+        # Edits about to be made are read too: the breaker refuses one that
+        # writes the referee's own files (hooks.reaches_referee).
+        edits = (
+            self.edits(tool, tool_input) if kind in ("pre_tool", "post_tool") else ()
+        )
         output = ""
         exit_code: int | None = None
         failed = kind == "post_tool_failure"
@@ -334,7 +338,7 @@ class OpenHands:
         edits: tuple[tuple[str, str], ...] = ()
         editing = tool in OPENHANDS_EDITORS
         if (
-            kind == "post_tool"
+            kind in ("pre_tool", "post_tool")
             and editing
             and tool_input.get("command") in (OPENHANDS_EDITS)
         ):

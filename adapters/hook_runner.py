@@ -18,7 +18,7 @@ from typing import NoReturn
 
 import orjson
 
-from devs.adapters.hook_client import EVENT_MAX
+from devs.adapters.hook_client import EVENT_MAX, socket_folder
 from devs.adapters.hook_dialects import DIALECTS, Dialect
 from devs.adapters.hooks import (
     Answer,
@@ -26,6 +26,7 @@ from devs.adapters.hooks import (
     HookSettings,
     HookState,
     Seen,
+    guarded_paths,
     place_of,
     task_base,
 )
@@ -103,6 +104,7 @@ def respond(
             gate_pattern=settings.gate_pattern,
             place=place,
             cli=cli,
+            guarded=guarded_paths(store, settings.state_dir, socket_folder(environ)),
         )
         answer = breaker.handle(seen)
     except Exception as error:  # every failure: said, never a traceback

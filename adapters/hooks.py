@@ -157,6 +157,99 @@ class Answer:
 NOTHING = Answer()
 
 
+# ============================================================ the guard
+# What an agent's tool call may not do: answer for a person, or reach the
+# referee's own files. Defence in depth for a shell the referee does not
+# sandbox (docs/security.md, "Threat model"): it reads the command as words,
+# so a determined agent can still hide a call (a script it wrote, python -c);
+# it stops the plain ones, and each refusal is said to the agent.
+
+PERSON_COMMANDS = frozenset(
+    {
+        "claim",
+        "resolve",
+        "resume",
+        "rewind",
+        "skip",
+        "operator",
+        "hooks",
+        "webhooks",
+        "projections",
+        "deadlines",
+    }
+)
+"""``devs`` commands that answer for a person or change the referee: a person
+runs them, never the agent the referee watches."""
+_WORD = re.compile(r"[^\s;&|()<>'\"`$]+")
+_TAKES_VALUE = frozenset({"--db", "--url"})
+
+
+def _devs_program(word: str) -> bool:
+    base = word.rsplit("/", 1)[-1]
+    return base == "devs" or word.startswith("devs.adapters")
+
+
+def person_command(command: str) -> str | None:
+    """The ``devs`` subcommand in ``command`` that only a person may run, if
+    any (``devs --db s.sqlite resume T`` -> ``resume``). Linear in the
+    command's length: one pass over its words."""
+    expecting = False  # after a devs program: its options, then the command
+    skip_value = False
+    for match in _WORD.finditer(command):
+        word = match.group()
+        if _devs_program(word):
+            expecting, skip_value = True, False
+            continue
+        if not expecting:
+            continue
+        if skip_value:
+            skip_value = False
+            continue
+        if word.startswith("-"):
+            skip_value = word in _TAKES_VALUE
+            continue
+        expecting = False
+        if word in PERSON_COMMANDS:
+            return word
+    return None
+
+
+def guarded_paths(store: str, state_dir: Path, sockets: Path | None) -> tuple[str, ...]:
+    """The referee's own files an agent's tool may not name: a SQLite store
+    (``sqlite:PATH``) with its ``-wal``, ``-shm`` and ``-journal``, the
+    hooks' state folder and the hook server's socket folder."""
+    paths: list[str] = []
+    if store.startswith("sqlite:"):
+        db = os.path.realpath(store.removeprefix("sqlite:"))
+        paths += [db, *(db + suffix for suffix in ("-wal", "-shm", "-journal"))]
+    paths.append(os.path.realpath(state_dir))
+    if sockets is not None:
+        paths.append(os.path.realpath(sockets))
+    return tuple(paths)
+
+
+def reaches_referee(seen: Seen, guarded: Sequence[str], cwd: str) -> str | None:
+    """Why this tool call reaches for the referee, or ``None``."""
+    if seen.command:
+        if (word := person_command(seen.command)) is not None:
+            return (
+                f"`devs {word}` answers for a person or changes the referee: "
+                "a person runs it, not the agent"
+            )
+        for path in guarded:
+            # A store's file by its name (``devs_state.sqlite-journal``); a
+            # folder, whose name says little (``hooks``), by its whole path.
+            name = path if os.path.isdir(path) else os.path.basename(path)
+            if name and name in seen.command:
+                return f"the command names the referee's file {name}"
+    for edited, _ in seen.edits:
+        real = os.path.realpath(os.path.join(cwd, edited))
+        for path in guarded:
+            if real == path or real.startswith(path.rstrip("/") + "/"):
+                return f"the edit writes the referee's file {os.path.basename(path)}"
+    return None
+
+
 # ============================================================ the settings
 
 
@@ -550,8 +643,10 @@ class Breaker:
         gate_pattern: re.Pattern[str],
         place: Place | None = None,
         cli: str = "devs",
+        guarded: Sequence[str] = (),
     ) -> None:
         self._open = api
+        self.guarded = tuple(guarded)
         self._api: RecoveryApi | None = None
         self.agent = agent
         self.base = base
@@ -652,6 +747,9 @@ class Breaker:
         return NOTHING
 
     def _pre_tool(self, seen: Seen, record: HookRecord) -> Answer:
+        where = seen.cwd or (self.place.top if self.place is not None else ".")
+        if (why := reaches_referee(seen, self.guarded, where)) is not None:
+            return Answer(deny=f"devs-recovery refuses this tool call: {why}.")
         gate = self.is_gate(seen.command)
         if gate:
             summary: TaskSummary | None = self._started(record)
