@@ -18,7 +18,7 @@ from typing import NoReturn
 
 import orjson
 
-from devs.adapters.hook_client import EVENT_MAX, socket_folder
+from devs.adapters.hook_client import EVENT_MAX, server_wanted, socket_folder
 from devs.adapters.hook_dialects import DIALECTS, Dialect
 from devs.adapters.hooks import (
     Answer,
@@ -104,7 +104,11 @@ def respond(
             gate_pattern=settings.gate_pattern,
             place=place,
             cli=cli,
-            guarded=guarded_paths(store, settings.state_dir, socket_folder(environ)),
+            guarded=guarded_paths(
+                store,
+                settings.state_dir,
+                socket_folder(environ) if server_wanted(environ) else None,
+            ),
         )
         answer = breaker.handle(seen)
     except Exception as error:  # every failure: said, never a traceback

@@ -6,11 +6,28 @@ library and about 10 ms of deciding (:mod:`devs.adapters.hook_client`).
 
 Started by the first hook call that finds none; ends after
 ``DEVS_HOOK_SERVER_IDLE`` seconds (default 600) without a call, or on
-SIGTERM, removing its socket. One call at a time (SQLite takes one writer at a
-time anyway), each as ``devs hook`` answers it in process
+SIGTERM, removing its socket. A second server for the same socket sees the
+first answer and leaves.
+
+Whoever reaches the socket may be the agent itself, so every connection is
+hostile until its request is whole. Requests are read side by side, without
+blocking (one thread, :mod:`selectors`): a connection that sends nothing, or
+one byte now and then, delays no other call. Each has ``READ_DEADLINE``
+seconds (5) to send its whole request, and is then dropped with one line of
+error; at most ``MAX_CONNECTIONS`` (32) are read at once, the oldest dropped
+for a new one; a header is at most ``HEADER_MAX`` bytes (1 MiB) and an event
+``EVENT_MAX`` (64 MiB), said too large as soon as its length is read. The
+seconds the server spends answering do not count against the reads waiting
+meanwhile.
+
+The calls themselves are answered one at a time, in this (the main) thread,
+in the order their requests became whole (the order of connection among
+those that did at once), each as ``devs hook`` answers it in process
 (:func:`devs.adapters.hook_runner.handle`), with the caller's settings
-(``DEVS_*``) and folder. A second server for the same socket sees the first
-answer and leaves.
+(``DEVS_*``) and folder: its timeout is a SIGALRM and its messages a swapped
+``sys.stderr``, which only the main thread may use, and SQLite takes one
+writer at a time anyway. So two calls for one task (of one session, or
+any) never run at once, and are answered in the order they were made.
 """
 
 from __future__ import annotations
@@ -20,10 +37,12 @@ import contextlib
 import fcntl
 import json
 import os
+import selectors
 import signal
 import socket
 import struct
 import sys
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -32,6 +51,16 @@ from devs.adapters.hook_client import DEFAULT_IDLE, EVENT_MAX, IDLE_ENV, MAX_IDL
 from devs.adapters.hook_runner import Store, handle
 
 HEADER_MAX = 1024 * 1024
+READ_DEADLINE = 5.0
+"""Seconds a connection has to send its whole request (a hook call sends it
+at once, in milliseconds); past them it is dropped."""
+MAX_CONNECTIONS = 32
+"""Requests read at once; a new connection past them drops the oldest."""
+REPLY_TIMEOUT = 2.0
+"""Seconds to hand an answer to its caller's socket."""
+CHUNK = 1 << 20
+TURN_MAX = 4 * CHUNK
+"""Bytes read from one connection before the others get their turn."""
 
 
 def idle_seconds() -> float:
@@ -42,32 +71,45 @@ def idle_seconds() -> float:
     return value if 0 < value <= MAX_IDLE else DEFAULT_IDLE
 
 
-def _exactly(connection: socket.socket, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = connection.recv(min(size, 1 << 20))
-        if not chunk:
-            msg = "the request ended early"
+class Reading:
+    """A connection whose request is being read: the length of the header
+    (4 bytes), the header (JSON), the length of the event (8 bytes), the
+    event (:func:`devs.adapters.hook_client.frame`)."""
+
+    def __init__(self, connection: socket.socket, number: int, due: float) -> None:
+        self.connection = connection
+        self.number = number
+        self.due = due
+        self.data = bytearray()
+
+    def need(self) -> int:
+        """Bytes wanted before the request is whole (0: it is); a
+        ``ValueError`` as soon as a length read is too large."""
+        have = len(self.data)
+        if have < 4:
+            return 4 - have
+        length: int = struct.unpack_from(">I", self.data)[0]
+        if length > HEADER_MAX:
+            msg = "the request's header is too large"
             raise ValueError(msg)
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+        end = 4 + length + 8
+        if have < end:
+            return end - have
+        size: int = struct.unpack_from(">Q", self.data, 4 + length)[0]
+        if size > EVENT_MAX + 1:
+            msg = "the hook event is too large"
+            raise ValueError(msg)
+        return end + size - have
 
-
-def read_request(connection: socket.socket) -> tuple[dict[str, Any], bytes]:
-    (length,) = struct.unpack(">I", _exactly(connection, 4))
-    if length > HEADER_MAX:
-        msg = "the request's header is too large"
-        raise ValueError(msg)
-    header = json.loads(_exactly(connection, length))
-    (size,) = struct.unpack(">Q", _exactly(connection, 8))
-    if size > EVENT_MAX + 1:
-        msg = "the hook event is too large"
-        raise ValueError(msg)
-    if not isinstance(header, dict):
-        msg = "the request's header is not an object"
-        raise ValueError(msg)
-    return header, _exactly(connection, size)
+    def request(self) -> tuple[dict[str, Any], bytes]:
+        """The header and the event of a whole request."""
+        (length,) = struct.unpack_from(">I", self.data)
+        whole = memoryview(self.data)
+        header = json.loads(bytes(whole[4 : 4 + length]))
+        if not isinstance(header, dict):
+            msg = "the request's header is not an object"
+            raise ValueError(msg)
+        return header, bytes(whole[4 + length + 8 :])
 
 
 class Stop(BaseException):
@@ -107,6 +149,138 @@ def bind(path: Path) -> socket.socket | None:
         os.close(lock)
 
 
+def _failure(reason: str, what: str = "a bad request to the hook server") -> bytes:
+    """The answer to a call that failed: one line, exit code 1."""
+    line = f"devs hook: error: {what} ({reason})\n"
+    return json.dumps({"stdout": None, "stderr": line, "code": 1}).encode()
+
+
+class Server:
+    """The connections of one listening socket: read side by side, answered
+    one at a time."""
+
+    def __init__(self, listening: socket.socket, store: Store) -> None:
+        self.listening = listening
+        self.store = store
+        self.selector = selectors.DefaultSelector()
+        self.reading: dict[socket.socket, Reading] = {}  # in the order accepted
+        self.accepted = 0
+        self.answering = 0.0
+        listening.setblocking(False)
+        self.selector.register(listening, selectors.EVENT_READ, None)
+
+    def clock(self) -> float:
+        """The time the reads are held to: all but what answering took."""
+        return time.monotonic() - self.answering
+
+    def run(self, idle: float) -> None:
+        """Until ``idle`` seconds pass without a call."""
+        last = time.monotonic()
+        while (left := last + idle - time.monotonic()) > 0:
+            if self.turn(left):
+                last = time.monotonic()
+
+    def drain(self) -> None:
+        """The calls that connected already (the socket is gone from its
+        folder: no new one comes), answered or dropped, not left."""
+        while True:
+            before = self.accepted
+            self.turn(READ_DEADLINE if self.reading else 0.0)
+            if not self.reading and self.accepted == before:
+                return
+
+    def turn(self, wait: float) -> int:
+        """Wait up to ``wait`` seconds (less when a read is due) for the
+        sockets; read what came, answer the requests now whole, drop the
+        reads overdue. The number of calls answered."""
+        if self.reading:
+            due = min(reading.due for reading in self.reading.values())
+            wait = min(wait, max(0.0, due - self.clock()))
+        whole: list[tuple[Reading, dict[str, Any], bytes]] = []
+        for key, _ in self.selector.select(wait):
+            if key.data is None:
+                self.accept(whole)
+            elif key.fileobj in self.reading:  # not dropped meanwhile
+                self.read(key.data, whole)
+        whole.sort(key=lambda done: done[0].number)
+        for reading, header, raw in whole:
+            self.answer(reading.connection, header, raw)
+        now = self.clock()
+        for reading in [r for r in self.reading.values() if r.due <= now]:
+            self.drop(reading, f"the request was not read within {READ_DEADLINE:g} s")
+        return len(whole)
+
+    def accept(self, whole: list[tuple[Reading, dict[str, Any], bytes]]) -> None:
+        for _ in range(MAX_CONNECTIONS):
+            try:
+                connection, _ = self.listening.accept()
+            except OSError:  # none waiting (or no descriptor left: later)
+                return
+            connection.setblocking(False)
+            if len(self.reading) >= MAX_CONNECTIONS:
+                oldest = next(iter(self.reading.values()))
+                self.drop(oldest, "too many requests at once; this one was the oldest")
+            self.accepted += 1
+            reading = Reading(connection, self.accepted, self.clock() + READ_DEADLINE)
+            self.reading[connection] = reading
+            self.selector.register(connection, selectors.EVENT_READ, reading)
+            # A hook call sends its request as it connects: most are whole
+            # here already.
+            self.read(reading, whole)
+
+    def read(
+        self, reading: Reading, whole: list[tuple[Reading, dict[str, Any], bytes]]
+    ) -> None:
+        taken = 0
+        try:
+            while taken < TURN_MAX:
+                chunk = reading.connection.recv(min(reading.need(), CHUNK))
+                if not chunk:
+                    msg = "the request ended early"
+                    raise ValueError(msg)
+                reading.data += chunk
+                taken += len(chunk)
+                if not reading.need():
+                    request = reading.request()
+                    self.forget(reading)
+                    whole.append((reading, *request))
+                    return
+        except (BlockingIOError, InterruptedError):
+            return  # the rest later
+        except (OSError, ValueError, RecursionError) as error:
+            self.drop(reading, str(error))
+
+    def forget(self, reading: Reading) -> None:
+        del self.reading[reading.connection]
+        self.selector.unregister(reading.connection)
+
+    def drop(self, reading: Reading, reason: str) -> None:
+        """Said in one line (when the caller still reads), and closed."""
+        self.forget(reading)
+        with contextlib.suppress(OSError):
+            reading.connection.send(_failure(reason))
+        reading.connection.close()
+
+    def answer(
+        self, connection: socket.socket, header: dict[str, Any], raw: bytes
+    ) -> None:
+        started = time.monotonic()
+        try:
+            reply = answer_one(header, raw, self.store)
+            connection.settimeout(REPLY_TIMEOUT)
+            with contextlib.suppress(OSError):
+                connection.sendall(reply)
+        finally:
+            connection.close()
+            self.answering += time.monotonic() - started
+
+    def close(self) -> None:
+        for reading in list(self.reading.values()):
+            self.forget(reading)
+            reading.connection.close()
+        self.selector.close()
+
+
 def serve(path: Path, db: str | None) -> None:
     listening = bind(path)
     if listening is None:
@@ -114,30 +288,17 @@ def serve(path: Path, db: str | None) -> None:
     inode = os.stat(path).st_ino
     store = Store(db, os.environ)
     signal.signal(signal.SIGTERM, _stop)
-    listening.settimeout(idle_seconds())
+    server = Server(listening, store)
     try:
-        while True:
-            try:
-                connection, _ = listening.accept()
-            except TimeoutError:
-                break  # idle: the next call starts another
-            with connection:
-                answer_one(connection, store)
+        server.run(idle_seconds())  # idle: the next call starts another
         # Gone from the folder first, so that no new call comes; then the
         # calls that connected meanwhile are answered, not dropped.
         _unlink(path, inode)
-        listening.setblocking(False)
-        while True:
-            try:
-                connection, _ = listening.accept()
-            except (BlockingIOError, InterruptedError):
-                break
-            connection.setblocking(True)
-            with connection:
-                answer_one(connection, store)
+        server.drain()
     except (Stop, KeyboardInterrupt):
         return
     finally:
+        server.close()
         listening.close()
         _unlink(path, inode)
         store.close()
@@ -150,17 +311,15 @@ def _unlink(path: Path, inode: int) -> None:
             os.unlink(path)
 
 
-def answer_one(connection: socket.socket, store: Store) -> None:
-    connection.settimeout(30.0)
+def answer_one(header: dict[str, Any], raw: bytes, store: Store) -> bytes:
+    """The answer to one whole request, as its caller reads it."""
+    environ = header.get("environ")
+    agent = header.get("agent")
+    cwd = header.get("cwd")
+    if not isinstance(environ, dict) or not isinstance(agent, str):
+        return _failure("the request names no agent or settings")
+    caller = {str(k): str(v) for k, v in environ.items()}
     try:
-        header, raw = read_request(connection)
-        environ = header.get("environ")
-        agent = header.get("agent")
-        cwd = header.get("cwd")
-        if not isinstance(environ, dict) or not isinstance(agent, str):
-            msg = "the request names no agent or settings"
-            raise ValueError(msg)
-        caller = {str(k): str(v) for k, v in environ.items()}
         text, errors, code = handle(
             agent,
             None,
@@ -169,15 +328,9 @@ def answer_one(connection: socket.socket, store: Store) -> None:
             store=store,
             cwd=cwd if isinstance(cwd, str) else None,
         )
-        reply = {"stdout": text, "stderr": errors, "code": code}
-    except (OSError, ValueError) as error:
-        reply = {
-            "stdout": None,
-            "stderr": f"devs hook: error: a bad request to the hook server ({error})\n",
-            "code": 1,
-        }
-    with contextlib.suppress(OSError):
-        connection.sendall(json.dumps(reply).encode())
+    except Exception as error:  # one call's failure, never the server's end
+        return _failure(type(error).__name__, "the hook server could not answer")
+    return json.dumps({"stdout": text, "stderr": errors, "code": code}).encode()
 
 
 def main(argv: list[str] | None = None) -> None:
