@@ -840,9 +840,18 @@ async def healthz() -> Health:
 
 @service_routes.get("/readyz", responses={503: {"model": Readiness}})
 async def readyz(served: Devs) -> Any:
-    """The store is reachable and the read models caught up: answered within
-    about a second (503 with the reason otherwise)."""
+    """The store is reachable, can be written, and the read models caught up:
+    answered within about a second (503 with the reason otherwise). A store
+    opened read-only (its file, folder or mount cannot be written) answers
+    queries, but every command there would be a 503: not ready."""
     readiness = await served.readiness()
+    if readiness.ready and getattr(served.service.factory, "read_only", False):
+        reason = (
+            "the database cannot be written here: it was opened read-only (its "
+            "file, its folder or its mount is read-only), so every command "
+            "fails; queries answer"
+        )
+        readiness = Readiness(ready=False, position=readiness.position, reason=reason)
     if not readiness.ready:
         return JSONResponse(readiness.model_dump(), 503)
     return readiness

@@ -29,6 +29,7 @@ from devs.adapters.config import (
     LIBPQ_OPTIONS,
     STORE_TIMEOUT_ENV,
 )
+from devs.domain.commands import STORE_WAIT
 from devs.domain.errors import StoreUnavailable
 from devs.projections.pg import SerializedDDL
 
@@ -130,21 +131,68 @@ class BoundedPool(es_postgres.ConnectionPool[psycopg.Connection[DictRow]]):
     goes to the pool once one succeeds. psycopg's pool keeps a waiter that
     timed out in its queue until a connection is handed out, and backs off
     its own attempts for up to a minute: neither grows nor slows while the
-    database is away."""
+    database is away.
+
+    The waits of one call of the service (a command or a query: the domain's
+    ``STORE_WAIT``) are bounded together, not each on its own: a command
+    that loads its task, loses its connection, is tried again by
+    eventsourcing's recorder (ten times, 0.2 s apart) and then checks the
+    store for newer events waited for a connection three times or more,
+    each up to the store timeout (14.4 s where 5 s was allowed). Here the
+    time spent waiting adds up, and once the store has failed the call (no
+    connection in time, or one lost under it) the call has what was left of
+    the timeout, in all, and then none: every later wait of the call fails at
+    once. A call past its timeout that never met a failure (a long rebuild)
+    still takes a connection that is free at once."""
 
     health: StoreHealth
     store_timeout: float
     where: str
     _probe_lock: threading.Lock
     _probed_at: float
+    _probing: threading.Event | None
 
     def getconn(self, timeout: float | None = None) -> Any:
         """A connection within ``timeout`` seconds (default: the store
-        timeout), or :class:`~devs.domain.errors.StoreUnavailable` naming
-        libpq's reason: at once when the reason is one waiting will not
-        mend."""
+        timeout) and within what the call has left of it, or
+        :class:`~devs.domain.errors.StoreUnavailable` naming libpq's reason:
+        at once when the reason is one waiting will not mend."""
+        call = STORE_WAIT.get()
+        started = time.monotonic()
         budget = self.store_timeout if timeout is None else timeout
-        deadline = time.monotonic() + budget
+        deadline = started + budget
+        if call is not None:
+            budget = self.store_timeout  # what the message says was allowed
+            if call.deadline is not None:
+                deadline = min(deadline, call.deadline)
+            else:
+                deadline = min(deadline, started + self.store_timeout - call.waited)
+        try:
+            if call is not None and call.deadline is not None and started >= deadline:
+                reason = self._reason() or call.reason or "the connection was lost"
+                raise self._unavailable(budget, reason)  # the call's time is spent
+            return self._wait(budget, deadline)
+        except StoreUnavailable as error:
+            if call is not None:  # nothing more to wait for in this call
+                call.deadline = time.monotonic()
+                call.reason = call.reason or str(error)
+            raise
+        finally:
+            if call is not None and call.deadline is None:
+                call.waited += time.monotonic() - started
+
+    def putconn(self, conn: Any) -> None:
+        """psycopg's; a connection given back lost (the database went away
+        under the statement) starts the call's last wait: what it had left of
+        the store timeout, from now, in all."""
+        call = STORE_WAIT.get()
+        if call is not None and call.deadline is None and conn.broken:
+            left = max(0.0, self.store_timeout - call.waited)
+            call.deadline = time.monotonic() + left
+            call.reason = "the connection to it was lost"
+        super().putconn(conn)
+
+    def _wait(self, budget: float, deadline: float) -> Any:
         while True:
             remaining = deadline - time.monotonic()
             if self.health.healthy:
@@ -156,7 +204,7 @@ class BoundedPool(es_postgres.ConnectionPool[psycopg.Connection[DictRow]]):
                     if self.health.healthy:  # it answers: every connection in use
                         raise self._unavailable(budget, None) from None
                     continue  # it went away meanwhile: find out below
-            failure = self._probe()
+            failure = self._probe(deadline)
             if failure is None:
                 continue  # reached: to the pool
             if failure.permanent:
@@ -166,30 +214,49 @@ class BoundedPool(es_postgres.ConnectionPool[psycopg.Connection[DictRow]]):
                 raise self._unavailable(budget, failure.reason) from None
             time.sleep(min(PROBE_EVERY, remaining))
 
-    def _probe(self) -> Failure | None:
-        """Attempt to connect, outside the pool, unless another request is
-        doing so or did less than :data:`PROBE_EVERY` ago (then what that
-        found); the failure, or ``None`` once the database is reached."""
-        if not self._probe_lock.acquire(blocking=False):
-            return self.health.failure or Failure(
-                time.monotonic(), "no answer from PostgreSQL yet", False
-            )
-        try:
-            if time.monotonic() - self._probed_at >= PROBE_EVERY:
+    def _reason(self) -> str | None:
+        failure = self.health.failure
+        return failure.reason if failure is not None else None
+
+    def _probe(self, deadline: float) -> Failure | None:
+        """Attempt to connect, outside the pool, unless an attempt is under
+        way or the last began less than :data:`PROBE_EVERY` ago; wait for
+        the attempt under way until ``deadline`` at most (libpq's own
+        ``connect_timeout`` is 2 s at least, and an attempt to a host that
+        does not answer takes that long: it goes on in a thread of its own).
+        The failure, or ``None`` once the database is reached."""
+        with self._probe_lock:
+            probing = self._probing
+            if probing is None and time.monotonic() - self._probed_at >= PROBE_EVERY:
                 self._probed_at = time.monotonic()
-                assert isinstance(self.kwargs, dict)
-                kwargs = dict(self.kwargs)
-                if self.get_password_func is not None:  # eventsourcing's refresh
-                    kwargs["password"] = self.get_password_func()
-                with contextlib.suppress(psycopg.Error):  # the class records it
-                    self.connection_class.connect(**kwargs).close()
-        finally:
-            self._probe_lock.release()
+                probing = self._probing = threading.Event()
+                threading.Thread(
+                    target=self._attempt,
+                    args=(probing,),
+                    name="devs-pg-probe",
+                    daemon=True,
+                ).start()
+        if probing is not None:
+            probing.wait(max(0.0, deadline - time.monotonic()))
         if self.health.healthy:
             return None
         return self.health.failure or Failure(
             time.monotonic(), "no answer from PostgreSQL yet", False
         )
+
+    def _attempt(self, done: threading.Event) -> None:
+        """One attempt to connect (the connection class records how it went)."""
+        try:
+            assert isinstance(self.kwargs, dict)
+            kwargs = dict(self.kwargs)
+            if self.get_password_func is not None:  # eventsourcing's refresh
+                kwargs["password"] = self.get_password_func()
+            with contextlib.suppress(psycopg.Error):
+                self.connection_class.connect(**kwargs).close()
+        finally:
+            with self._probe_lock:
+                self._probing = None
+            done.set()
 
     def _refused(self, failure: Failure) -> StoreUnavailable:
         msg = (
@@ -244,6 +311,7 @@ def bound(datastore: es_postgres.PostgresDatastore, timeout: float) -> BoundedPo
     pool.store_timeout = timeout
     pool._probe_lock = threading.Lock()
     pool._probed_at = -math.inf
+    pool._probing = None
     pool.where = (
         f"database {pool_kwargs.get('dbname')!r} on "
         f"{pool_kwargs.get('host')}:{pool_kwargs.get('port')}"
@@ -371,4 +439,7 @@ class PostgresFactory(es_postgres.PostgresFactory):
             assert isinstance(kwargs, dict), "eventsourcing gives its pool a dict"
             kwargs.update(parse_qsl(options, strict_parsing=True))
         timeout = float(self.env.get(STORE_TIMEOUT_ENV) or DEFAULT_STORE_TIMEOUT)
+        self.store_timeout = timeout
+        """The longest one command or query waits for the store in all (the
+        domain's ``StoreWait`` reads it)."""
         bound(self.datastore, timeout)

@@ -48,6 +48,8 @@ from devs.domain.errors import (
     Conflict,
     DevsError,
     StoreError,
+    StoreFull,
+    StoreUnavailable,
     UnknownRun,
     UnknownTask,
 )
@@ -96,16 +98,60 @@ def locked(error: BaseException) -> bool:
     return isinstance(error, WouldWait) or "locked" in text or "busy" in text
 
 
+class StoreWait:
+    """What one call of the service (a command or a query, with whatever it
+    calls itself) has spent waiting for the store: the store's adapter bounds
+    the call's waits in all, not each wait on its own (on PostgreSQL by
+    ``DEVS_STORE_TIMEOUT``: a command that waits for a connection, loses it,
+    waits again and then checks what it decided on waits that long in all).
+
+    ``waited``: seconds spent waiting so far. ``deadline``
+    (``time.monotonic()``): once the store has failed the call (a connection
+    lost, or none had in time), when its waits end, whatever it does
+    meanwhile; ``None`` before. ``reason``: what failed it, if known.
+    ``limit``: the seconds the store's adapter allows in all (its factory's
+    ``store_timeout``), if it bounds them; a wait for another thread's turn
+    on a task or run (:func:`take`) is bounded by what is left of it."""
+
+    __slots__ = ("deadline", "limit", "reason", "waited")
+
+    def __init__(self, limit: float | None = None) -> None:
+        self.waited = 0.0
+        self.deadline: float | None = None
+        self.reason: str | None = None
+        self.limit = limit
+
+    def left(self) -> float | None:
+        """Seconds the call may still wait (``None``: no bound is known)."""
+        if self.limit is None:
+            return None
+        if self.deadline is not None:
+            return self.deadline - time.monotonic()
+        return self.limit - self.waited
+
+
+STORE_WAIT: ContextVar[StoreWait | None] = ContextVar("devs_store_wait", default=None)
+"""The :class:`StoreWait` of the service's call running in this context (set
+by :func:`store_errors` around the outermost one); ``None`` outside any."""
+
+
 def store_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Turn a failure of the event store into :class:`StoreError`.
 
     Every public command and query of the service is wrapped, so a caller
     meets only :class:`DevsError` subclasses (and ``TypeError`` for a call
-    that does not fit the signature).
+    that does not fit the signature). The outermost call also gets a
+    :class:`StoreWait` of its own, which bounds its waits for the store in all.
     """
 
     @functools.wraps(func)
     def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        token = None
+        if STORE_WAIT.get() is None:
+            service = args[0] if args else None
+            limit = getattr(getattr(service, "factory", None), "store_timeout", None)
+            bound = float(limit) if isinstance(limit, (int, float)) else None
+            token = STORE_WAIT.set(StoreWait(bound))
         try:
             return func(*args, **kwargs)
         except WouldWait:
@@ -113,16 +159,39 @@ def store_errors(func: Callable[P, R]) -> Callable[P, R]:
         except OperationalError as error:
             if NO_WAIT.get() and locked(error):
                 raise WouldWait(str(error)) from error  # nothing was written
-            raise StoreError(describe_store_error(error)) from error
+            raise store_error(error) from error
         except PersistenceError as error:
-            raise StoreError(describe_store_error(error)) from error
+            raise store_error(error) from error
+        finally:
+            if token is not None:
+                STORE_WAIT.reset(token)
 
     return guarded
+
+
+def full(error: BaseException) -> bool:
+    """Whether ``error`` says the disk under the store is full (SQLite's
+    SQLITE_FULL, an operating system's ENOSPC as PostgreSQL reports it)."""
+    text = str(error)
+    return "database or disk is full" in text or "No space left on device" in text
+
+
+def store_error(error: BaseException) -> StoreError:
+    """The :class:`StoreError` (:class:`StoreFull` for a full disk) that
+    reports ``error``, a failure of the store."""
+    if full(error):
+        return StoreFull(describe_store_error(error))
+    return StoreError(describe_store_error(error))
 
 
 def describe_store_error(error: BaseException) -> str:
     """One line saying what is wrong with the store, and what to do."""
     text = str(error)
+    if full(error):
+        return (
+            f"the disk that holds the database is full ({text}): nothing was "
+            "written; free space on it, then try again"
+        )
     if "not a database" in text or "malformed" in text:
         return f"the database file is damaged or not a devs-recovery database ({text})"
     if locked(error):
@@ -153,12 +222,34 @@ class _Stale(Exception):
 
 def take(lock: threading.Lock) -> None:
     """Acquire ``lock``; under ``NO_WAIT`` only if it is free, else
-    ``WouldWait`` (another thread of the process decides on the aggregate)."""
-    if not NO_WAIT.get():
-        lock.acquire()
-    elif not lock.acquire(blocking=False):
+    ``WouldWait`` (another thread of the process decides on the aggregate).
+
+    A wait for the lock counts as a wait for the store (:class:`StoreWait`):
+    while the store is away, the thread that holds it is waiting for the
+    store, and the time this call then has for its own waits is what is left
+    of one bound, not a bound of its own after the other's. Where the store
+    bounds waits (``StoreWait.limit``), the lock is waited for that long at
+    most: then :class:`StoreUnavailable` (the lock is not fair: a thread that
+    gives it back may take it again first, over and over)."""
+    if lock.acquire(blocking=False):
+        return
+    if NO_WAIT.get():
         msg = "another thread is deciding on this task or run"
         raise WouldWait(msg)
+    call = STORE_WAIT.get()
+    left = call.left() if call is not None else None
+    started = time.monotonic()
+    if left is None:
+        lock.acquire()
+    elif not lock.acquire(timeout=max(0.0, left)):
+        limit = call.limit if call is not None else None
+        msg = (
+            f"no turn on this task or run within {limit:g} s: other requests "
+            "of this process held it, waiting for the store"
+        )
+        raise StoreUnavailable(msg, retry_after=limit)
+    if call is not None and call.deadline is None:
+        call.waited += time.monotonic() - started
 
 
 @contextmanager

@@ -162,6 +162,19 @@ class StoreUnavailable(StoreError):
         self.retry_after = retry_after
 
 
+class StoreFull(StoreError):
+    """The disk that holds the store is full (or the database reached a size
+    limit set on it): nothing was written, and nothing can be until space is
+    freed. Queries that read what was folded before still answer; one whose
+    read models must first fold new events fails too. HTTP 507; ``devs``
+    exit 9, like every store error."""
+
+    kind = "store_full"
+    http_status = 507
+    retry_after: float | None = 30.0
+    """Freeing space takes someone's hand: asking again at once will not help."""
+
+
 class UnreadableEvent(StoreError):
     """A stored event cannot be decoded (unknown topic, damaged or foreign
     state). Only what depends on it fails: its own task's (or run's) loads and

@@ -296,10 +296,15 @@ class SQLiteReadModels(ViewQueries):
             except (IntegrityError, OperationalError) as error:
                 if locked(error):
                     raise  # waited for (catch_up, wait_for) or a StoreError
+                if isinstance(error, OperationalError) and not _missing_table(error):
+                    # Not a race: a full disk, a disk I/O error, a file that
+                    # cannot be written. Trying again would only hide it (as
+                    # "too many concurrent updates"): said as it is.
+                    raise
                 positions = None
-                # A lock held too long, a lost race, a view moved back under
-                # this catch-up: re-read and go on. A view table dropped by
-                # hand: remake the view (once) and refill it.
+                # A lost race, a view moved back under this catch-up: re-read
+                # and go on. A view table dropped by hand: remake the view
+                # (once) and refill it.
                 if _missing_table(error) and not repaired:
                     self.repair()
                     repaired = True
