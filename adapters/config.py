@@ -8,8 +8,10 @@ URL and no file; this module does.
 
 - :class:`Settings` (pydantic-settings) reads ``DEVS_DB``,
   ``DEVS_DATABASE_URL``, ``DEVS_READ_WAIT``, ``DEVS_PROJECTIONS``,
-  ``DEVS_API_TOKEN``, ``DEVS_WORKER_NICENESS``, ``DEVS_STORE_TIMEOUT`` and
-  ``DEVS_ACCESS_LOG`` from the environment (or
+  ``DEVS_API_TOKEN``, ``DEVS_WORKER_NICENESS``, ``DEVS_STORE_TIMEOUT``,
+  ``DEVS_ACCESS_LOG`` and the HTTP service's bounds (``DEVS_ALLOWED_HOSTS``,
+  ``DEVS_MAX_BODY_BYTES``, ``DEVS_MAX_HEADER_BYTES``, ``DEVS_HEADER_TIMEOUT``,
+  ``DEVS_MAX_CONNECTIONS``) from the environment (or
   from a mapping, :meth:`Settings.from_environ`), each validated once: a bad
   value is ``InvalidInput`` naming the variable, never its secret.
 - :func:`open_service` opens a service from settings (default: the
@@ -29,16 +31,19 @@ a SQLite database in this process's memory (``DEVS_DB=:memory:``, or
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import uuid
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
@@ -71,6 +76,26 @@ STORE_TIMEOUT_ENV = "DEVS_STORE_TIMEOUT"
 DEFAULT_STORE_TIMEOUT = 5.0
 MAX_STORE_TIMEOUT = 60.0
 ACCESS_LOG_ENV = "DEVS_ACCESS_LOG"
+ALLOWED_HOSTS_ENV = "DEVS_ALLOWED_HOSTS"
+MAX_ALLOWED_HOSTS = 100
+ANY_HOST = "*"
+"""``DEVS_ALLOWED_HOSTS=*``: every ``Host`` is answered (a proxy in front
+checks it)."""
+MAX_BODY_ENV = "DEVS_MAX_BODY_BYTES"
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+"""A gate's output is kept up to 10,000,000 characters (``OUTPUT_MAX``) and a
+hook reads events up to 64 MiB: a gate body that large, every character of
+its output escaped, still fits."""
+BODY_BYTES_RANGE = (1024, 1024 * 1024 * 1024)
+MAX_HEADER_ENV = "DEVS_MAX_HEADER_BYTES"
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+HEADER_BYTES_RANGE = (1024, 1024 * 1024)
+HEADER_TIMEOUT_ENV = "DEVS_HEADER_TIMEOUT"
+DEFAULT_HEADER_TIMEOUT = 10.0
+MAX_HEADER_TIMEOUT = 300.0
+MAX_CONNECTIONS_ENV = "DEVS_MAX_CONNECTIONS"
+DEFAULT_MAX_CONNECTIONS = 1000
+CONNECTIONS_RANGE = (16, 1_000_000)
 DEFAULT_NICENESS = 5
 MAX_NICENESS = 19
 MEMORY = ":memory:"
@@ -144,7 +169,24 @@ class Settings(EnvironSettings):
     (0, 60]; past it, the store is unavailable (HTTP 503)."""
     access_log: bool = False
     """``DEVS_ACCESS_LOG``: ``devs serve`` logs each request (``1``/``on``/
-    ``true`` or ``0``/``off``/``false``)."""
+    ``true`` or ``0``/``off``/``false``), its secrets redacted."""
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
+    """``DEVS_ALLOWED_HOSTS``: the ``Host`` names (``name`` or ``name:port``,
+    comma-separated; ``*``: any) ``devs serve`` answers besides the address
+    a connection arrived at and the loopback names (:func:`allowed_hosts`)."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """``DEVS_MAX_BODY_BYTES``: the largest request body, in bytes; a larger
+    one is a 413, refused unread."""
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    """``DEVS_MAX_HEADER_BYTES``: the largest request line and headers
+    together, in bytes; larger is a 431."""
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    """``DEVS_HEADER_TIMEOUT``: how long a connection has, from its opening
+    or its request's first byte, to send the request line and headers, in
+    seconds in (0, 300]; then it is closed (408)."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """``DEVS_MAX_CONNECTIONS``: open connections per worker of ``devs
+    serve``; past it, the oldest idle connection is closed for the new one."""
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -296,6 +338,59 @@ class Settings(EnvironSettings):
         )
         raise ValueError(msg)
 
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _allowed_hosts(cls, value: Any) -> Any:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            return allowed_hosts(value)
+        if isinstance(value, list | tuple):
+            return allowed_hosts(",".join(str(entry) for entry in value))
+        return value
+
+    @field_validator("max_body_bytes", mode="before")
+    @classmethod
+    def _max_body(cls, value: Any) -> Any:
+        return _bytes(value, MAX_BODY_ENV, DEFAULT_MAX_BODY_BYTES, BODY_BYTES_RANGE)
+
+    @field_validator("max_header_bytes", mode="before")
+    @classmethod
+    def _max_header(cls, value: Any) -> Any:
+        return _bytes(
+            value, MAX_HEADER_ENV, DEFAULT_MAX_HEADER_BYTES, HEADER_BYTES_RANGE
+        )
+
+    @field_validator("max_connections", mode="before")
+    @classmethod
+    def _max_connections(cls, value: Any) -> Any:
+        low, high = CONNECTIONS_RANGE
+        number = _integer(value, DEFAULT_MAX_CONNECTIONS)
+        if number is None or not low <= number <= high:
+            msg = (
+                f"{MAX_CONNECTIONS_ENV} must be an integer from {low} to "
+                f"{high:,}, got {_shown(value)}"
+            )
+            raise ValueError(msg)
+        return number
+
+    @field_validator("header_timeout", mode="before")
+    @classmethod
+    def _header_timeout(cls, value: Any) -> Any:
+        if value is None or value == "":
+            return DEFAULT_HEADER_TIMEOUT
+        try:
+            wait = float(value)
+        except (TypeError, ValueError):
+            wait = -1.0
+        if not 0 < wait <= MAX_HEADER_TIMEOUT:  # NaN too
+            msg = (
+                f"{HEADER_TIMEOUT_ENV} must be a number of seconds in "
+                f"(0, {MAX_HEADER_TIMEOUT:g}], got {_shown(value)}"
+            )
+            raise ValueError(msg)
+        return wait
+
     @property
     def backend(self) -> Backend:
         """Which backend these settings open."""
@@ -325,6 +420,106 @@ class Settings(EnvironSettings):
             PROJECTIONS_ENV: str(self.projections),
             STORE_TIMEOUT_ENV: repr(self.store_timeout),
         }
+
+
+def _integer(value: Any, default: int) -> int | None:
+    """``value`` as a whole number (``default`` when unset or empty; an
+    integer or its decimal digits, ``_`` allowed between them), else
+    ``None``."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = value.strip().replace("_", "") if isinstance(value, str) else ""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _bytes(value: Any, variable: str, default: int, bounds: tuple[int, int]) -> int:
+    """A byte count in ``bounds``, or a ``ValueError`` naming ``variable``."""
+    low, high = bounds
+    number = _integer(value, default)
+    if number is None or not low <= number <= high:
+        msg = (
+            f"{variable} must be a number of bytes from {low:,} to {high:,}, "
+            f"got {_shown(value)}"
+        )
+        raise ValueError(msg)
+    return number
+
+
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*")
+
+
+def host_and_port(text: str) -> tuple[str, int | None] | None:
+    """A ``Host`` value (or an ``Origin``'s authority) split and normalised:
+    the name or address in lower case without a trailing dot (an IPv6
+    address without its brackets), and the port if one is given; ``None``
+    when it is neither a host name nor an IP address, or its port is out of
+    range."""
+    text = text.strip().lower()
+    port_text: str | None = None
+    if text.startswith("["):
+        address, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None
+        name = address
+        port_text = rest[1:] if rest else None
+        try:
+            ipaddress.IPv6Address(name)
+        except ValueError:
+            return None
+    else:
+        name, colon, given = text.partition(":")
+        port_text = given if colon else None
+        if name.endswith(".") and len(name) > 1:  # the root's dot: the same name
+            name = name[:-1]
+        if len(name) > 253 or not _HOST_NAME.fullmatch(name):
+            return None
+    if port_text is None:
+        return name, None
+    if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5):
+        return None
+    port = int(port_text)
+    return (name, port) if 0 < port < 65536 else None
+
+
+def allowed_hosts(text: str) -> tuple[str, ...]:
+    """``DEVS_ALLOWED_HOSTS`` read: comma-separated host names or addresses,
+    each with or without a port (``devs.example.com``, ``10.0.0.5:8765``,
+    ``[2001:db8::1]``), or ``*`` alone for any; normalised (lower case, an
+    IPv6 address in brackets). A ``ValueError`` naming the variable for an
+    entry that is none of those."""
+    entries: list[str] = []
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        if entry == ANY_HOST:
+            entries.append(ANY_HOST)
+            continue
+        parsed = host_and_port(entry)
+        if parsed is None:
+            msg = (
+                f"{ALLOWED_HOSTS_ENV} has {_shown(entry)}, which is not a host "
+                "name or address with an optional port (devs.example.com, "
+                "devs.example.com:8443, 10.0.0.5, [2001:db8::1]:8765)"
+            )
+            raise ValueError(msg)
+        name, port = parsed
+        shown = f"[{name}]" if ":" in name else name
+        entries.append(shown if port is None else f"{shown}:{port}")
+    if len(entries) > MAX_ALLOWED_HOSTS:
+        msg = (
+            f"{ALLOWED_HOSTS_ENV} lists {len(entries)} hosts; the limit is "
+            f"{MAX_ALLOWED_HOSTS}"
+        )
+        raise ValueError(msg)
+    if ANY_HOST in entries and len(entries) > 1:
+        msg = f"{ALLOWED_HOSTS_ENV}: * (any host) stands alone"
+        raise ValueError(msg)
+    return tuple(dict.fromkeys(entries))
 
 
 SWITCH_ON = frozenset({"1", "true", "yes", "on"})

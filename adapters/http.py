@@ -24,14 +24,18 @@ all with examples.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextvars
+import hashlib
 import hmac
+import ipaddress
 import logging
 import math
 import os
+import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from importlib import metadata
@@ -48,16 +52,21 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from devs.adapters.config import (
+    ALLOWED_HOSTS_ENV,
+    ANY_HOST,
+    DEFAULT_MAX_BODY_BYTES,
     EXTERNAL,
+    MAX_BODY_ENV,
     NOTIFIER_ENV,
     Backend,
     Settings,
     backend_of,
     check_secret,
     check_token,
+    host_and_port,
     open_service,
 )
 from devs.adapters.notifier import Background, NotifySettings, notify_settings
@@ -335,18 +344,30 @@ def _open(path: str) -> bool:
     )
 
 
-OPERATOR_BEARER = b"bearer " + TOKEN_PREFIX.encode()
+OPERATOR_PREFIX = TOKEN_PREFIX.encode()
 OPERATOR_STATE = "devs_operator"
 """Where :class:`Callers` leaves the name of the operator whose token a
 request carries (``request.state``); absent for the service token."""
+
+
+def bearer_credentials(given: bytes) -> bytes | None:
+    """The token of an ``Authorization`` value whose scheme is Bearer, in any
+    case (``bearer``, ``BEARER``: a scheme is case-insensitive, RFC 9110
+    section 11.1), after the spaces that follow the scheme; ``None`` for
+    another scheme or none."""
+    scheme, space, rest = given.partition(b" ")
+    if not space or scheme.lower() != b"bearer":
+        return None
+    return rest.lstrip(b" ")
 
 
 class Callers:
     """Who is calling. A plain ASGI middleware: a ``@app.middleware("http")``
     function costs about 0.4 ms per request here.
 
-    - ``Authorization: Bearer <DEVS_API_TOKEN>`` (compared in constant time)
-      is the service: an agent or its orchestrator;
+    - ``Authorization: Bearer <DEVS_API_TOKEN>`` (the scheme in any case, the
+      token compared in constant time) is the service: an agent or its
+      orchestrator;
     - ``Authorization: Bearer devs_op_…`` is an operator, a person: the
       roster is read as the store holds it now (in a thread: never on the
       loop), and the operator's name is left in ``request.state``; a token
@@ -360,6 +381,7 @@ class Callers:
     def __init__(self, app: ASGIApp, expected: bytes | None, served: Served) -> None:
         self.app = app
         self.expected = expected
+        """The service's token itself (without the scheme)."""
         self.served = served
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -369,11 +391,16 @@ class Callers:
                 if name == b"authorization":
                     given = value
                     break
+            credentials = bearer_credentials(given)
             expected = self.expected
-            if expected is not None and hmac.compare_digest(given, expected):
+            if (
+                expected is not None
+                and credentials is not None
+                and hmac.compare_digest(credentials, expected)
+            ):
                 pass
-            elif given[: len(OPERATOR_BEARER)].lower() == OPERATOR_BEARER:
-                token = given[len("bearer ") :].decode("latin-1")
+            elif credentials is not None and credentials.startswith(OPERATOR_PREFIX):
+                token = credentials.decode("latin-1")
                 try:
                     # A token of another shape is no one's: refused without
                     # reading the roster.
@@ -411,6 +438,314 @@ class Callers:
                 await answer(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+# ------------------------------------------------------------ the front door
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+LOOPBACK_NAMES = frozenset({"localhost"})
+"""Names that always mean this machine: a browser never asks DNS for them,
+so no page can rebind them to another site."""
+DOCS_PAGES = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc"})
+API_CSP = b"default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
+"""Every answer but the documentation's pages and the console's (which send
+their own): nothing in it may run, nor be framed."""
+DOCS_CSP = (
+    "default-src 'none'; script-src 'self' {scripts}; "
+    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+"""Swagger UI's and ReDoc's pages: their scripts from this server (no CDN:
+fastapi-offline), the page's own inline script by its hash, the styles the
+scripts set, and never in a frame."""
+INLINE_SCRIPT = re.compile(rb"<script>(.*?)</script>", re.DOTALL)
+SECURITY_HEADERS = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+)
+
+
+class HostCheck:
+    """Which ``Host`` headers this server answers (DNS rebinding: a page of
+    ``attacker.example``, its name pointed at this machine, sends
+    ``Host: attacker.example``).
+
+    Admitted: the address the connection arrived at (the address ``devs
+    serve`` listens on; listening on all addresses, whichever of the
+    machine's the client used), ``localhost`` and the loopback addresses, and
+    the entries of ``DEVS_ALLOWED_HOSTS`` (a name alone: on any port;
+    ``name:port``: on that port; ``*``: any ``Host``). A request without
+    ``Host`` (HTTP/1.0; never a browser's) is admitted."""
+
+    def __init__(self, allowed: Sequence[str]) -> None:
+        self.any = ANY_HOST in allowed
+        self.names: set[str] = set()
+        self.pairs: set[tuple[str, int]] = set()
+        for entry in allowed:
+            parsed = host_and_port(entry) if entry != ANY_HOST else None
+            if parsed is None:
+                continue
+            name, port = parsed
+            if port is None:
+                self.names.add(name)
+            else:
+                self.pairs.add((name, port))
+        self.listed = ", ".join(allowed) or "none"
+
+    def listed_here(self, name: str, port: int | None) -> bool:
+        """Whether ``DEVS_ALLOWED_HOSTS`` names ``name`` (on ``port``; no
+        port: 80 or 443, the schemes' own)."""
+        if self.any or name in self.names:
+            return True
+        if port is None:
+            return (name, 80) in self.pairs or (name, 443) in self.pairs
+        return (name, port) in self.pairs
+
+    def admits(self, host: bytes | None, server: Any) -> bool:
+        if self.any or host is None:
+            return True
+        parsed = host_and_port(host.decode("latin-1"))
+        if parsed is None:
+            return False
+        name, port = parsed
+        if name in LOOPBACK_NAMES or self.listed_here(name, port):
+            return True
+        try:
+            address = ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        if address.is_loopback:
+            return True
+        if not (isinstance(server, tuple | list) and server):
+            return False
+        try:
+            local = ipaddress.ip_address(str(server[0]).partition("%")[0])
+        except ValueError:
+            return False
+        if isinstance(local, ipaddress.IPv6Address) and local.ipv4_mapped:
+            local = local.ipv4_mapped
+        return address == local
+
+
+class FrontDoor:
+    """What every request meets first, before its token is looked at (a
+    plain ASGI middleware, outside :class:`Callers`):
+
+    - a ``Host`` this server does not answer to (:class:`HostCheck`) is a 421
+      ``misdirected_request``, naming ``DEVS_ALLOWED_HOSTS``;
+    - a body over ``max_body`` bytes is a 413 ``too_large``: by its
+      ``Content-Length`` before a byte of it is read, or as soon as a chunked
+      body passes the bound; the connection is then closed;
+    - a POST (PUT, PATCH, DELETE) from a page of another site (its
+      ``Origin`` another origin, or ``null``; without ``Origin``, its
+      ``Sec-Fetch-Site`` ``cross-site`` or ``same-site``) is a 403
+      ``cross_site`` (the console's forms check their own, answering a page);
+    - every answer carries ``X-Content-Type-Options: nosniff``,
+      ``X-Frame-Options: DENY`` and a Content-Security-Policy (the
+      documentation's pages one their scripts work with), unless it sets its
+      own; an answer sent before the request's body was read closes the
+      connection (the rest of the body is not read).
+
+    The request line's and headers' size and time, and the connections per
+    worker, are bounded before this, by ``devs serve``'s protocol
+    (:mod:`devs.adapters.serving`)."""
+
+    def __init__(
+        self, app: ASGIApp, hosts: HostCheck | None, max_body: int | None
+    ) -> None:
+        self.app = app
+        self.hosts = hosts
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = origin = fetch_site = None
+        length: int | None = None
+        chunked = False
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value
+            elif name == b"origin":
+                origin = value
+            elif name == b"sec-fetch-site":
+                fetch_site = value
+            elif name == b"content-length":
+                length = int(value) if value.isdigit() else None
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+        path: str = scope["path"]
+        body = _Body(declared=chunked or bool(length))
+        send = _answering(send, path, body)
+        hosts = self.hosts
+        if hosts is not None and not hosts.admits(host, scope.get("server")):
+            shown = (host or b"").decode("latin-1")[:100]
+            answer = error_response(
+                421,
+                "misdirected_request",
+                f"this server does not answer to Host {shown!r}: it answers to "
+                "the address it listens on, localhost and the loopback "
+                f"addresses, and the names in {ALLOWED_HOSTS_ENV} (now: "
+                f"{hosts.listed}); add the name it is reached by (behind a "
+                f"proxy, on a public name) to {ALLOWED_HOSTS_ENV}",
+                "Host",
+            )
+            await answer(scope, receive, send)
+            return
+        limit = self.max_body
+        if limit is not None and length is not None and length > limit:
+            answer = error_response(
+                413, "too_large", _too_large(f"is {length:,} bytes", limit)
+            )
+            await answer(scope, receive, send)
+            return
+        if scope["method"] not in SAFE_METHODS and not _console(path):
+            refused = _cross_site(origin, fetch_site, host, hosts)
+            if refused is not None:
+                answer = error_response(
+                    403,
+                    "cross_site",
+                    f"{scope['method']} {path[:200]} was sent by a page of "
+                    f"another site ({refused}): refused, nothing was done; a "
+                    "browser may send it only from this server's own origin "
+                    f"(or one in {ALLOWED_HOSTS_ENV})",
+                    "Origin",
+                )
+                await answer(scope, receive, send)
+                return
+        if body.declared:
+            receive = _counting(receive, body, limit)
+        await self.app(scope, receive, send)
+
+
+class _Body:
+    """What :class:`FrontDoor` knows of a request's body."""
+
+    __slots__ = ("declared", "done", "received")
+
+    def __init__(self, *, declared: bool) -> None:
+        self.declared = declared
+        self.done = not declared
+        self.received = 0
+
+
+def _too_large(what: str, limit: int) -> str:
+    return (
+        f"the request body {what}; the limit is {limit:,} bytes "
+        f"({MAX_BODY_ENV}); nothing was read or done"
+    )
+
+
+def _console(path: str) -> bool:
+    return path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/")
+
+
+def _cross_site(
+    origin: bytes | None,
+    fetch_site: bytes | None,
+    host: bytes | None,
+    hosts: HostCheck | None,
+) -> str | None:
+    """Why a request that changes something comes from another site's page,
+    or ``None`` when it does not (its ``Origin`` is this server's own, or a
+    name of ``DEVS_ALLOWED_HOSTS``; or it has no ``Origin`` and a
+    ``Sec-Fetch-Site`` of ``same-origin`` or ``none``, or neither header:
+    not a browser)."""
+    if origin is None:
+        if fetch_site is not None and fetch_site.lower() in (
+            b"cross-site",
+            b"same-site",
+        ):
+            return f"Sec-Fetch-Site: {fetch_site.decode('latin-1')[:20]}"
+        return None
+    shown = f"Origin: {origin.decode('latin-1')[:100]}"
+    if origin == b"null":
+        return shown
+    _, separator, authority = origin.partition(b"://")
+    if not separator or b"/" in authority:
+        return shown
+    if host is not None and authority.lower() == host.lower():
+        return None
+    parsed = host_and_port(authority.decode("latin-1"))
+    if parsed is not None and hosts is not None and hosts.listed_here(*parsed):
+        return None
+    return shown
+
+
+def _counting(receive: Receive, body: _Body, limit: int | None) -> Receive:
+    """``receive``, counting the body: past ``limit`` bytes, a 413."""
+
+    async def counted() -> Message:
+        message = await receive()
+        if message["type"] == "http.request":
+            body.received += len(message.get("body", b""))
+            if limit is not None and body.received > limit:
+                raise StarletteHTTPException(
+                    413,
+                    _too_large(f"passed {limit:,} bytes", limit),
+                    headers={"Connection": "close"},
+                )
+            if not message.get("more_body", False):
+                body.done = True
+        elif message["type"] == "http.disconnect":
+            body.done = True
+        return message
+
+    return counted
+
+
+def _answering(send: Send, path: str, body: _Body) -> Send:
+    """``send``, adding the security headers an answer does not set itself,
+    and ``Connection: close`` to an answer sent before the request's body was
+    read."""
+    docs = path in DOCS_PAGES
+    held: list[Message] = []
+
+    def completed(start: Message, content: bytes) -> Message:
+        headers = list(start.get("headers", []))
+        present = {name.lower() for name, _ in headers}
+        for name, value in SECURITY_HEADERS:
+            if name not in present:
+                headers.append((name, value))
+        if b"content-security-policy" not in present:
+            if docs:
+                hashes = " ".join(
+                    "'sha256-"
+                    + base64.b64encode(hashlib.sha256(script).digest()).decode()
+                    + "'"
+                    for script in INLINE_SCRIPT.findall(content)
+                )
+                policy = DOCS_CSP.format(scripts=hashes).encode()
+                headers.append((b"content-security-policy", policy))
+            else:
+                headers.append((b"content-security-policy", API_CSP))
+        if not body.done and b"connection" not in present:
+            headers.append((b"connection", b"close"))
+        return {**start, "headers": headers}
+
+    async def answer(message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            if docs:  # its CSP names its inline script's hash: the body first
+                held.append(message)
+                return
+            await send(completed(message, b""))
+            return
+        if docs and kind == "http.response.body" and held:
+            held.append(message)
+            if message.get("more_body", False):
+                return
+            content = b"".join(part.get("body", b"") for part in held[1:])
+            start = held[0]
+            held.clear()
+            await send(completed(start, content))
+            await send({"type": "http.response.body", "body": content})
+            return
+        await send(message)
+
+    return answer
 
 
 def acting(service: RecoveryService, operator: str | None, given: str | None) -> str:
@@ -1418,6 +1753,8 @@ def create_app(
     read_wait: float | None = None,
     console_secret: str | None = None,
     notify: NotifySettings | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+    max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The ASGI app over ``service`` (or what ``service()`` opens at startup,
     closed at shutdown). With ``token``, every request but ``/healthz`` and
@@ -1425,7 +1762,12 @@ def create_app(
     ``console_secret`` signs the console's sessions (``DEVS_CONSOLE_SECRET``;
     default: a random one for this app, its sessions ending with it). With
     ``notify``, a thread of the app sends the outbox's messages and sweeps
-    the human waits' deadlines while it runs (:mod:`devs.adapters.notifier`)."""
+    the human waits' deadlines while it runs (:mod:`devs.adapters.notifier`).
+    With ``allowed_hosts`` (``devs serve`` gives ``DEVS_ALLOWED_HOSTS``), a
+    request whose ``Host`` is not the connection's own address, a loopback
+    name or one of them is a 421 (:class:`HostCheck`); ``None``: any
+    ``Host`` (an app called in process). A body over ``max_body_bytes`` is a
+    413 (:class:`FrontDoor`)."""
     served = Served(service, read_wait)
     mcp = McpEndpoint(served, guarded=token is not None)
 
@@ -1460,8 +1802,10 @@ def create_app(
         except ValueError as error:
             raise InvalidInput(str(error), field="token") from None
         _document_the_token(app)
-    expected = None if token is None else f"Bearer {token}".encode()
+    expected = None if token is None else token.encode()
     app.add_middleware(Callers, expected=expected, served=served)
+    hosts = None if allowed_hosts is None else HostCheck(allowed_hosts)
+    app.add_middleware(FrontDoor, hosts=hosts, max_body=max_body_bytes)
     app.add_exception_handler(DevsError, _devs_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _bad_request)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
@@ -1749,7 +2093,8 @@ def app_from_env() -> FastAPI:
     """The app ``devs serve`` runs in each worker, opened with the
     environment's settings (:class:`devs.adapters.config.Settings`): the
     database, the token (``DEVS_API_TOKEN``), the read-your-writes bound
-    (``DEVS_READ_WAIT``)."""
+    (``DEVS_READ_WAIT``), the ``Host`` names it answers to
+    (``DEVS_ALLOWED_HOSTS``) and the largest body (``DEVS_MAX_BODY_BYTES``)."""
     settings = Settings()
     token = settings.api_token.get_secret_value() if settings.api_token else None
     secret = settings.console_secret
@@ -1761,4 +2106,6 @@ def app_from_env() -> FastAPI:
         read_wait=settings.read_wait,
         console_secret=secret.get_secret_value() if secret else None,
         notify=notify,
+        allowed_hosts=settings.allowed_hosts,
+        max_body_bytes=settings.max_body_bytes,
     )

@@ -43,12 +43,25 @@ neither. Without one, each worker sweeps the deadlines in a thread.
 
 At start each worker prints one line to stderr (its PID, its address, the
 store, the version), the projector too; with ``DEVS_ACCESS_LOG`` on, each
-request is logged to stdout, in the Common Log Format.
+request is logged to stdout, in the Common Log Format, its secrets redacted.
+
+Before the app sees a request, each worker's protocol (:class:`Guarded`,
+uvicorn's httptools protocol) bounds what a client may hold without a token:
+the request line and headers (``DEVS_MAX_HEADER_BYTES``: larger is a 431,
+and httptools, which has no bound of its own, buffers no more), the time to
+send them (``DEVS_HEADER_TIMEOUT``: a connection idle or trickling its
+headers that long is closed, a 408 if it sent anything), and the open
+connections (``DEVS_MAX_CONNECTIONS``: past it, the connection idle the
+longest is closed to make room, so ``/healthz`` is answered under a
+slowloris). The app bounds the body and checks ``Host``
+(:class:`devs.adapters.http.FrontDoor`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
+import functools
 import logging
 import logging.config
 import multiprocessing
@@ -58,17 +71,26 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from multiprocessing.context import SpawnProcess
 from types import FrameType
 from typing import Any
+from urllib.parse import quote, unquote_plus
 
+import orjson
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
 from devs.adapters.config import (
     DEFAULT_NICENESS,
     EXTERNAL,
+    HEADER_TIMEOUT_ENV,
+    MAX_CONNECTIONS_ENV,
+    MAX_HEADER_ENV,
     NOTIFIER_ENV,
     POSTGRES_MODULES,
     PROJECTIONS_ENV,
@@ -78,6 +100,7 @@ from devs.adapters.config import (
     assemble,
     open_service,
 )
+from devs.domain.redaction import redact
 
 APP = "devs.adapters.http:app_from_env"
 PACKAGE = "devs-recovery"
@@ -98,6 +121,11 @@ PR_SET_PDEATHSIG = 1
 """prctl(2): the signal the calling process gets when its parent dies."""
 ACCESS_DATE = "%d/%b/%Y:%H:%M:%S %z"
 """The Common Log Format's time, ``10/Oct/2000:13:55:36 -0700``."""
+FD_RESERVE = 128
+"""Open files a worker keeps for itself beyond its connections: the
+database's, the log's, the notifier's sockets."""
+LOGGED_SAFE = "/?&=:;,+@!$'()*[]~"
+"""What a redacted request target keeps unescaped in the access log."""
 
 
 def parent_death_signal(signum: int) -> bool:
@@ -176,7 +204,8 @@ class CommonLogFormatter(logging.Formatter):
     """uvicorn's access records in the Common Log Format, ``host ident
     authuser [time] "request line" status size``: ``127.0.0.1 - -
     [10/Oct/2000:13:55:36 +0000] "GET /tasks?limit=10 HTTP/1.1" 200 -`` (no
-    user is known, nor the size). Never a header, so never a token."""
+    user is known, nor the size). Never a header, so never a token; the
+    path and query pass through the redaction (:func:`logged_target`)."""
 
     def __init__(self) -> None:
         super().__init__(datefmt=ACCESS_DATE)
@@ -188,9 +217,22 @@ class CommonLogFormatter(logging.Formatter):
         client, method, target, http_version, status = fields
         host = str(client).rsplit(":", 1)[0] if client else "-"  # host:port
         when = self.formatTime(record, self.datefmt)
-        request = f"{method} {target} HTTP/{http_version}"
+        request = f"{method} {logged_target(str(target))} HTTP/{http_version}"
         request = request.replace("\\", "\\\\").replace('"', '\\"')
         return f'{host} - - [{when}] "{request}" {status} -'
+
+
+def logged_target(target: str) -> str:
+    """A request's path and query as the access log shows them: as sent,
+    unless they hold something that looks like a secret, as sent or
+    percent-decoded (``?candidate=export%20GITHUB_TOKEN%3Dghp_…``); then
+    decoded, redacted (:func:`devs.domain.redaction.redact`) and escaped
+    again."""
+    decoded = unquote_plus(target)
+    cleaned = redact(decoded)
+    if cleaned != decoded:
+        return quote(cleaned, safe=LOGGED_SAFE)
+    return redact(target)
 
 
 def log_config(access_log: bool) -> dict[str, Any]:
@@ -240,6 +282,231 @@ def log_config(access_log: bool) -> dict[str, Any]:
             },
         },
     }
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What one worker's protocol bounds (:class:`Guarded`)."""
+
+    header_bytes: int
+    header_timeout: float
+    connections: int
+    asked: int
+    """``DEVS_MAX_CONNECTIONS``; :attr:`connections` is lower when the open
+    files a process may have leave no room for so many."""
+    open_files: int
+
+
+def raise_open_files(wanted: int) -> int:
+    """Raise this process's limit of open files (its soft ``RLIMIT_NOFILE``)
+    to ``wanted``, as far as its hard limit allows: the limit it has then."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return wanted
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return wanted if soft == resource.RLIM_INFINITY else int(soft)
+
+
+@functools.cache
+def worker_bounds() -> Bounds:
+    """This worker's bounds, from the environment's settings, once: the open
+    files it may have raised for ``DEVS_MAX_CONNECTIONS`` connections and
+    :data:`FD_RESERVE` more, and the connections lowered to what fits."""
+    settings = Settings()
+    asked = settings.max_connections
+    files = raise_open_files(asked + FD_RESERVE)
+    fits = files - FD_RESERVE if files > 2 * FD_RESERVE else files // 2
+    return Bounds(
+        header_bytes=settings.max_header_bytes,
+        header_timeout=settings.header_timeout,
+        connections=max(1, min(asked, fits)),
+        asked=asked,
+        open_files=files,
+    )
+
+
+def raw_refusal(status: int, reason: bytes, kind: str, detail: str) -> bytes:
+    """A whole HTTP answer, written by the protocol before any app: the
+    API's error shape (``{"error", "detail", "field"}``), and the connection
+    closed after it."""
+    body = orjson.dumps({"error": kind, "detail": detail, "field": None})
+    return b"".join(
+        (
+            b"HTTP/1.1 %d %s\r\n" % (status, reason),
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"x-content-type-options: nosniff\r\n",
+            b"connection: close\r\n\r\n",
+            body,
+        )
+    )
+
+
+_IDLE: weakref.WeakKeyDictionary[ServerState, dict[Guarded, None]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per server, its connections that are not in a request (opened and
+silent, sending their headers, or kept alive between requests), the one idle
+the longest first."""
+
+
+class Guarded(HttpToolsProtocol):
+    """uvicorn's httptools protocol, bounded before any app sees a request
+    (:func:`worker_bounds`):
+
+    - the request line and headers: past ``DEVS_MAX_HEADER_BYTES`` a 431 and
+      the connection closed (httptools buffers a header whole, without a
+      bound, before it hands it on; uvicorn's ``h11_max_incomplete_event_size``
+      bounds only h11);
+    - their time: ``DEVS_HEADER_TIMEOUT`` seconds from the connection's
+      opening, or from a later request's first byte, to the end of the
+      headers; then the connection is closed (a 408 if it sent anything);
+      uvicorn's own keep-alive timeout closes a connection silent between
+      requests;
+    - the connections: past ``DEVS_MAX_CONNECTIONS`` open ones, a new
+      connection closes the one idle the longest (none idle: the new one is
+      a 503), so a client that holds idle connections cannot keep out one
+      that asks for something."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.bounds = worker_bounds()
+        self.idle = _IDLE.setdefault(server_state, {})
+        self.in_head = False
+        """A request's head began (its first byte came) and has not ended."""
+        self.began_here = False
+        self.heads = 0
+        self.head_bytes = 0
+        self.head_timer: asyncio.TimerHandle | None = None
+
+    # the connections
+
+    def connection_made(  # type: ignore[override]
+        self, transport: asyncio.Transport
+    ) -> None:
+        super().connection_made(transport)
+        if len(self.connections) > self.bounds.connections:
+            oldest = next(iter(self.idle), None)
+            if oldest is None:
+                detail = (
+                    f"this worker has {len(self.connections) - 1:,} connections "
+                    f"open, all in a request ({MAX_CONNECTIONS_ENV}="
+                    f"{self.bounds.connections:,}); try again"
+                )
+                self.refuse(503, b"Service Unavailable", "too_many_connections", detail)
+                return
+            oldest.drop()
+        self.idle[self] = None
+        self.arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.idle.pop(self, None)
+        self.cancel_head_timer()
+        super().connection_lost(exc)
+
+    def drop(self) -> None:
+        """Close this idle connection, to make room for a new one."""
+        self.idle.pop(self, None)
+        self.cancel_head_timer()
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def refuse(self, status: int, reason: bytes, kind: str, detail: str) -> None:
+        """Answer ``status`` and close: nothing more is read."""
+        self.idle.pop(self, None)
+        self.cancel_head_timer()
+        if self.transport.is_closing():
+            return
+        self.transport.write(raw_refusal(status, reason, kind, detail))
+        self.transport.close()
+
+    # the head's size
+
+    def data_received(self, data: bytes) -> None:
+        self.began_here = False
+        fresh = self.heads == 0 and not self.in_head
+        super().data_received(data)
+        if not self.in_head or self.transport.is_closing():
+            return
+        # Every byte of this chunk is the head's when the head began before
+        # it, or it began this connection; a pipelined request's head that
+        # began inside it is counted from the next one.
+        if not self.began_here or fresh:
+            self.head_bytes += len(data)
+        limit = self.bounds.header_bytes
+        if self.head_bytes > limit:
+            detail = (
+                f"the request line and headers passed {limit:,} bytes "
+                f"({MAX_HEADER_ENV}); nothing was read or done"
+            )
+            self.refuse(
+                431,
+                b"Request Header Fields Too Large",
+                "headers_too_large",
+                detail,
+            )
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.in_head = True
+        self.began_here = True
+        self.head_bytes = 0
+        if self.head_timer is None:
+            self.arm_head_timer()
+
+    def on_headers_complete(self) -> None:
+        self.in_head = False
+        self.heads += 1
+        self.idle.pop(self, None)
+        self.cancel_head_timer()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)
+        super().on_response_complete()
+        if not pipelined and not self.in_head and not self.transport.is_closing():
+            self.idle.pop(self, None)
+            self.idle[self] = None  # idle since now: the last to make room
+
+    # the head's time
+
+    def arm_head_timer(self) -> None:
+        self.cancel_head_timer()
+        self.head_timer = self.loop.call_later(
+            self.bounds.header_timeout, self.head_timed_out
+        )
+
+    def cancel_head_timer(self) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+
+    def head_timed_out(self) -> None:
+        self.head_timer = None
+        if self.transport.is_closing():
+            return
+        if not self.in_head:  # opened and silent: nothing to answer
+            self.drop()
+            return
+        detail = (
+            f"the request line and headers took over "
+            f"{self.bounds.header_timeout:g} s ({HEADER_TIMEOUT_ENV})"
+        )
+        self.refuse(408, b"Request Timeout", "request_timeout", detail)
 
 
 class AnnouncedServer(uvicorn.Server):
@@ -302,9 +569,19 @@ def run_worker(
         f"devs serve: worker {os.getpid()} listening on http://{shown}:{actual} "
         f"({store_of(settings)}, {version()})"
     )
+    bounds = worker_bounds()
+    if bounds.connections < bounds.asked:
+        print(
+            f"devs serve: worker {os.getpid()}: {MAX_CONNECTIONS_ENV}="
+            f"{bounds.asked} lowered to {bounds.connections}: this process may "
+            f"open {bounds.open_files} files (ulimit -n)",
+            file=sys.stderr,
+            flush=True,
+        )
     config = uvicorn.Config(
         APP,
         factory=True,
+        http=Guarded,
         log_level=None,
         log_config=log_config(settings.access_log),
         access_log=settings.access_log,
@@ -391,6 +668,7 @@ def serve(
             host=host,
             port=port,
             workers=workers,
+            http=Guarded,
             log_level=None,
             log_config=log_config(access_log),
             access_log=access_log,

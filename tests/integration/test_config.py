@@ -344,3 +344,41 @@ def test_the_url_s_libpq_parameters_reach_every_connection(pg_url: str) -> None:
             timeout = connection.execute("SHOW statement_timeout").fetchone()
         assert name["application_name"] == "devs-config-test"
         assert timeout["statement_timeout"] == "4321ms"
+
+
+def test_the_http_bounds_have_their_documented_defaults() -> None:
+    settings = Settings.from_environ({})
+    assert settings.allowed_hosts == ()
+    assert settings.max_body_bytes == 64 * 1024 * 1024
+    assert settings.max_header_bytes == 64 * 1024
+    assert settings.header_timeout == 10.0
+    assert settings.max_connections == 1000
+
+
+def test_allowed_hosts_are_read_and_normalised() -> None:
+    settings = Settings.from_environ(
+        {"DEVS_ALLOWED_HOSTS": " Devs.Example.COM., 10.0.0.5:8765,[::1],"}
+    )
+    assert settings.allowed_hosts == ("devs.example.com", "10.0.0.5:8765", "[::1]")
+    assert Settings.from_environ({"DEVS_ALLOWED_HOSTS": "*"}).allowed_hosts == ("*",)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "words"),
+    [
+        ("DEVS_ALLOWED_HOSTS", "a b", "DEVS_ALLOWED_HOSTS has 'a b', which is not"),
+        ("DEVS_ALLOWED_HOSTS", "host:99999", "DEVS_ALLOWED_HOSTS has 'host:99999'"),
+        ("DEVS_ALLOWED_HOSTS", "*, devs.example.com", "* (any host) stands alone"),
+        ("DEVS_MAX_BODY_BYTES", "1023", "from 1,024 to 1,073,741,824, got '1023'"),
+        ("DEVS_MAX_HEADER_BYTES", "64k", "DEVS_MAX_HEADER_BYTES must be a number"),
+        ("DEVS_HEADER_TIMEOUT", "301", "(0, 300], got '301'"),
+        ("DEVS_MAX_CONNECTIONS", "15", "from 16 to 1,000,000, got '15'"),
+    ],
+)
+def test_a_bad_http_bound_names_its_variable(
+    variable: str, value: str, words: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        Settings.from_environ({variable: value})
+    assert refused.value.field == variable
+    assert words in str(refused.value)
