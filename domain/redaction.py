@@ -32,6 +32,22 @@ name, ``password=``, the user and host of a URL) is kept. Private key blocks
 (PEM, OpenSSH, PGP) are removed to their END line, or to the end of the text
 when it is missing (a truncated block is still key material).
 
+A value is no secret when it is empty, punctuation only or the next key of a
+list (``password=, pass=)``, ``token: ...``, ``password: token=x``, whose own
+rule takes ``x``): so a sentence that names keys, such as a refusal naming a
+rule's kind, reads back as it was written. ``PWD`` and ``OLDPWD`` set to a path
+(or a ``$variable``) are working directories, not passwords (``DB_PWD=`` and
+``MYSQL_PWD=`` are, whatever their value). Command lines are read as their
+tools read them: ``-p`` holds a password glued to it for mysql and mariadb only
+(``-P3306`` is a port), and glued or after a blank for sshpass and a registry
+or cloud ``login`` (``docker login``, ``az login``), never elsewhere (``ssh -p
+22``, ``pytest -p no:cacheprovider``); ``-u user:password`` and ``--user
+user:password`` are curl's (two numbers are a uid:gid); a single-dash flag
+(``-password x``, ``-storepass x``, ``-token x``) takes its value after a
+blank. The words read between a command and its ``-p`` are bounded (at most 12:
+rule 2). Signed URLs lose their signature (``sig=``, ``signature=``,
+``X-Amz-Signature=``).
+
 docs/security.md lists every kind of secret recognised, with an example of
 each; tests/unit/test_redaction.py and tests/integration/test_secrets_corpus.py
 hold the corpus, and ``bench/bench.py`` measures MB/s on ordinary and hostile
@@ -51,20 +67,39 @@ REDACTED = "[REDACTED]"
 _TOKEN = r"A-Za-z0-9_\-"
 _WORD = r"A-Za-z0-9"
 _JWT_START = _TOKEN
-# A value after ``name=`` / ``name: ``: a quoted string (to its closing quote
-# or the end of the line) or a bare word.
-# A value already redacted is taken whole, so that redacting twice changes
-# nothing (the rules that read values run on the lower-cased text).
-_VALUE = (
-    r"(?P<secret>" + re.escape(REDACTED.lower()) + r"|\"[^\"\r\n]*+\"?|'[^'\r\n]*+'?"
-    r"|[^\s,;&'\"]++)"
-)
 # The separator of an assignment: ``=``, or ``:`` (not ``::``, as in test ids),
 # after an optional closing quote of a JSON key.
 _ASSIGN = r"[\"']?[ \t]{0,10}+(?:=|:(?!:))[ \t]{0,10}+"
 # What may follow a secret word inside a longer name (``token_file``); not a
 # dot, so that a path such as ``password_policy.py:42:`` is not an assignment.
 _NAME_TAIL = r"[a-z0-9_\-]{0,40}+"
+# What is no value (the module docstring): punctuation only, to the end of the
+# word (``pass=)``, ``token: ...``), or a key whose own rule below reads what
+# follows it (``password: token=x``). Both checks are bounded.
+_NO_VALUE = (
+    r"(?![^\w\s,;&'\"]{0,64}+(?![^\s,;&])"
+    r"|(?:pass(?:(?:w(?:or)?d|phrase)" + _NAME_TAIL + r")?"
+    r"|(?:secret|token|credential)" + _NAME_TAIL + ")" + _ASSIGN + ")"
+)
+# A value after ``name=`` / ``name: ``: a quoted string (to its closing quote
+# or the end of the line) or a bare word.
+# A value already redacted is taken whole, so that redacting twice changes
+# nothing (the rules that read values run on the lower-cased text).
+_VALUE = (
+    _NO_VALUE
+    + r"(?P<secret>"
+    + re.escape(REDACTED.lower())
+    + r"|\"[^\"\r\n]*+\"?|'[^'\r\n]*+'?|[^\s,;&'\"]++)"
+)
+# A value on a command line (``-pS3cret``, ``-p 'S3 cret'``): to the next
+# blank or shell operator, quoted parts whole; punctuation only is no value.
+_ARG = (
+    r"(?![^\w\s'\"]{0,64}+(?![^\s;&|<>]))"
+    r"(?P<secret>(?:\"[^\"\r\n]*+\"?|'[^'\r\n]*+'?|[^\s;&|<>'\"]++)++)"
+)
+# The arguments of a command before its ``-p`` (at most 12, each at most 256
+# characters, so a failed try is bounded): ``mysql -h db -u root -pS3cret``.
+_BEFORE_P = r"(?:[ \t]{1,10}+(?!-p)[^\s;&|<>]{1,256}+){0,12}+[ \t]{1,10}+-p"
 # Words that name a key (``api_key``, ``AWS_SECRET_ACCESS_KEY``) when they
 # stand right before ``key``.
 _KEY_WORDS = (
@@ -86,6 +121,22 @@ def _after(word: str) -> str:
     return f"(?<![a-z0-9]{re.escape(word)})"
 
 
+def _single_dash(name: str) -> str:
+    """Look-behinds after ``name`` that ask for one dash before it, at the
+    start of an argument: ``-storepass``, not ``--storepass`` nor ``-bypass``."""
+    word = re.escape(name)
+    return f"(?<=-{word})(?<![\\w\\-]-{word})"
+
+
+def _as_command(name: str) -> str:
+    """Look-behinds after ``name`` that ask for it to be a command: at the
+    start of the text or after a blank, a quote, a bracket or a shell
+    operator, or last in a ``bin/`` path (not ``-I/usr/include/mysql``, nor
+    ``test_mysql``)."""
+    word = re.escape(name)
+    return f"(?:(?<={word})(?<![^\\s(`'\";|&]{word})|(?<=bin/{word}))"
+
+
 class Rule(NamedTuple):
     """One kind of secret: its pattern, with the part to remove as ``secret``."""
 
@@ -98,6 +149,17 @@ def _rule(kind: str, pattern: str, *, lowered: bool) -> Rule:
     return Rule(kind, re.compile(pattern), lowered)
 
 
+# keytool's -storepass, -keypass, -srcstorepass, ...; openssl's -pass, -passin.
+# One look-behind first ("-", "e" or "y" before "pass") refuses most "pass"
+# of ordinary text at the cost of one.
+_DASH_PASS = (
+    r"(?<=[\-ey]pass)(?:"
+    + "|".join(
+        _single_dash(f"{before}pass")
+        for before in ("", "store", "key", "srcstore", "deststore", "srckey", "destkey")
+    )
+    + ")"
+)
 _KEY_BEFORE = "|".join(
     f"(?<={word}{sep}key)" for word in _KEY_WORDS for sep in ("", "_", "-")
 )
@@ -131,17 +193,20 @@ RULES: tuple[Rule, ...] = (
     ),
     *(
         _rule(
-            f"{scheme.title()} credentials",
+            f"{scheme.title()} {what}",
             f"{scheme}{_after(scheme)}[ \\t]{{1,10}}+"
             r"(?P<secret>[a-z0-9._~+/=\-]{8,}+)",
             lowered=True,
         )
-        for scheme in ("bearer", "basic")
+        for scheme, what in (("bearer", "token"), ("basic", "auth credentials"))
     ),
     # ---------------------------------------------------------- URLs
     _rule(
-        "password in a URL (scheme://user:password@host)",
-        r"://[^\s/@:'\"]{0,256}+:(?P<secret>[^\s/@'\"]{1,256}+)(?=@)",
+        "password in a URL (user:password@host)",
+        # Punctuation only is no password (as a value is none, _NO_VALUE):
+        # "password://::@" is left whole to the password rule, every time.
+        r"://[^\s/@:'\"]{0,256}+:(?![^\w\s/@'\"]{1,256}+@)"
+        r"(?P<secret>[^\s/@'\"]{1,256}+)(?=@)",
         lowered=False,
     ),
     _rule(
@@ -157,27 +222,113 @@ RULES: tuple[Rule, ...] = (
     ),
     # ---------------------------------------------------------- assignments
     _rule(
-        "command-line flag (--password x, --token=x, --api-key x)",
+        "command-line flag (--password, --token=, --api-key)",
         r"--(?=[a-z])[a-z0-9\-]{0,30}?"
         r"(?:pass|pwd|secret|token|key|credential)[a-z0-9\-]{0,30}+"
         r"(?:=|[ \t]{1,10}+)" + _VALUE,
         lowered=True,
     ),
     _rule(
-        "password assignment (password=, passwd:, passphrase=, pass=)",
+        "user:password after -u or --user (curl)",
+        # Two numbers are a uid:gid (docker run -u 1000:1000); a password may
+        # not start with "/" (rsync -u host:/path) nor be punctuation only.
+        # "-u" opens every form (--user, --proxy-user): a literal, where "-"
+        # alone is everywhere.
+        r"-u(?:(?<![\w\-]-u)[ \t]{1,10}+|ser(?:" + _single_dash("-user") + "|"
+        r"" + _single_dash("-proxy-user") + r")(?:=|[ \t]{1,10}+))"
+        r"(?P<quote>['\"])?(?!\d{1,10}+:\d{1,10}+(?![^\s'\"]))"
+        r"[^\s:@/'\"]{1,128}+:(?!/)(?![^\w\s'\"]{0,64}+(?![^\s'\"]))"
+        r"(?P<secret>(?(quote)[^'\"\r\n]++|[^\s'\"]++))",
+        lowered=True,
+    ),
+    _rule(
+        "password glued to -p (mysql, mariadb, mysqldump)",
+        # Case matters: "-P3306" is the port. "mysql -p" and a blank prompts.
+        r"(?:mysql" + _as_command("mysql") + r"[a-z]{0,10}+"
+        r"|mariadb" + _as_command("mariadb") + r"(?:-[a-z]{1,10}+)?)"
+        r"" + _BEFORE_P + _ARG,
+        lowered=False,
+    ),
+    _rule(
+        "password after -p of sshpass",
+        # Only sshpass's own options come before its -p: the command it runs
+        # (ssh -p 22) is not read.
+        "sshpass"
+        + _as_command("sshpass")
+        + r"(?:[ \t]{1,10}+-(?!p)[^\s;&|<>]{0,64}+){0,4}+[ \t]{1,10}+-p[ \t]{0,10}+"
+        + _ARG,
+        lowered=False,
+    ),
+    _rule(
+        "password after -p of a registry or cloud login (docker login, az login)",
+        r"login(?:"
+        + "|".join(
+            _as_command(f"{tool} login")
+            for tool in (
+                "docker",
+                "podman",
+                "buildah",
+                "skopeo",
+                "nerdctl",
+                "oras",
+                "helm registry",
+                "az",
+                "oc",
+                "cf",
+            )
+        )
+        + r")"
+        + _BEFORE_P
+        + r"(?:=|[ \t]{1,10}+)?"
+        + _ARG,
+        lowered=False,
+    ),
+    _rule(
+        "password assignment (password=, passwd:, passphrase=, pass=, -password)",
         # A bare "pass" counts only right before its separator, and not at
         # the end of a longer word (bypass=1): "passed: 3" is not a password.
-        r"pass(?:(?:w(?:or)?d|phrase)" + _NAME_TAIL + r"|" + _after("pass") + r")"
-        r"" + _ASSIGN + _VALUE,
+        # A single-dash flag takes its value after a blank too: "-password x",
+        # keytool's "-storepass x", openssl's "-passin pass:x".
+        r"pass(?:(?:(?:w(?:or)?d|phrase)" + _NAME_TAIL + "|" + _after("pass") + ")"
+        r"" + _ASSIGN + "|(?:" + _DASH_PASS + r")(?:w(?:or)?d|phrase|in|out)?"
+        r"(?:=|[ \t]{1,10}+))" + _VALUE,
         lowered=True,
     ),
     *(
         _rule(
-            f"{word} assignment ({word}=, {word}: ...)",
-            re.escape(word) + _NAME_TAIL + _ASSIGN + _VALUE,
+            f"{word} assignment ({word}=, {word}: ...{dash})",
+            re.escape(word)
+            + also
+            + r"(?:"
+            + _NAME_TAIL
+            + _ASSIGN
+            + (f"|{_single_dash(word)}[ \\t]{{1,10}}+" if dash else "")
+            + ")"
+            + _VALUE,
             lowered=True,
         )
-        for word in ("pwd", "secret", "token", "credential")
+        for word, also, dash in (
+            # PWD and OLDPWD set to a path (or to $PWD) are working
+            # directories; a pwd after "_" or "-" (DB_PWD, MYSQL_PWD) is a
+            # password, whatever its value.
+            (
+                "pwd",
+                r"(?:(?<=[_\-]pwd)|(?!" + _ASSIGN + r"(?:[/~$]|[a-z]:[\\/])))",
+                "",
+            ),
+            ("secret", "", ", -secret"),  # -secret x, -token x: Go's flags
+            ("token", "", ", -token"),
+            ("credential", "", ""),
+        )
+    ),
+    _rule(
+        "signed-URL signature (sig=, signature=, X-Amz-Signature=)",
+        # Query parameters of signed URLs (Azure SAS, S3, GCS, CloudFront,
+        # OAuth 1): the signature is what grants access. Not "sign=" nor
+        # "signature = f(x)" in code; "signature": in JSON.
+        r"sig" + _after("sig") + r"(?:nature)?"
+        r"(?:=|(?<=signature)[\"'][ \t]{0,10}+:[ \t]{0,10}+)" + _VALUE,
+        lowered=True,
     ),
     _rule(
         "session id assignment",
@@ -265,10 +416,11 @@ def _lowered(text: str) -> str:
 # costs about 20 us even on an empty string. tests/unit/test_redaction.py
 # checks that no rule can match where this finds nothing.
 _STARTS = re.compile(
-    r"--|://|a(?:uthorization|kia|sia|gpa|ida|roa|ipa|npa|nva|bia|cca|iza)"
+    r"-[-u]|://|a(?:uthorization|kia|sia|gpa|ida|roa|ipa|npa|nva|bia|cca|iza)"
     r"|b(?:earer|asic)|c(?:ookie|redential)"
     r"|x(?:-a(?:pi-key|uth-token|mz-security-token)|ox|app-)"
-    r"|hooks\.slack\.com|hf_|d(?:iscord|evs_op_)|p(?:ass|wd)|s(?:e(?:cret|ssion)|k[_\-])"
+    r"|hooks\.slack\.com|hf_|d(?:iscord|evs_op_)|p(?:ass|wd)"
+    r"|s(?:e(?:cret|ssion)|k[_\-]|ig)|m(?:ysql|ariadb)|login"
     r"|token|key|g(?:h|ithub_pat_|lpat-)|rk_|whsec_|npm_|eyj"
 )
 _SHORT = 512

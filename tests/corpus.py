@@ -8,6 +8,8 @@ are what test-runner output is full of.
 
 from __future__ import annotations
 
+from devs.domain.redaction import REDACTED
+
 # Pieces are joined at run time so that no complete credential sits in the
 # repository as one literal (secret scanners would flag this file).
 _AWS = "AKIA" + "IOSFODNN7EXAMPLE"
@@ -114,6 +116,145 @@ SECRETS: list[tuple[str, str]] = [
     ("Bearer eyJhbGciOi.Zm9vYmFy.c2lnbmF0dXJl", "eyJhbGciOi.Zm9vYmFy"),
 ]
 
+
+def _pw(n: int) -> str:
+    """The made-up password of form ``n``: each form has its own, so that a
+    leak names the form it came from."""
+    return "S3" + f"cret{n:02d}q"
+
+
+# Signatures of signed URLs, shaped like the real thing (hex, base64).
+_HEX = "9f3c" + "2b7e" * 15
+_B64 = "q1Zx%2Bk9LmN" + "0pQrStUv%3D"
+_R = REDACTED
+
+# Credentials in the common forms of command lines and signed URLs (issue "The
+# front door and the agent as attacker", point 10): the text, its secret, and
+# the text as redaction leaves it, what names the secret kept (blank: the text
+# with its secret, and the quotes of a JSON value, replaced).
+_FORMS: list[tuple[str, str, str]] = [
+    # curl's user:password (-u, --user, --proxy-user), quoted or not.
+    (f"curl -u admin:{_pw(1)} https://api.example.com/v1", _pw(1), ""),
+    (f"curl -sS --user deploy:{_pw(2)} -X POST https://api.example.com", _pw(2), ""),
+    (f"curl --user=ci:{_pw(3)} https://api.example.com", _pw(3), ""),
+    (
+        f"curl -u 'admin:{_pw(4)} two' https://api.example.com",
+        _pw(4),
+        f"curl -u 'admin:{_R}' https://api.example.com",
+    ),
+    (f"curl --proxy-user bob:{_pw(5)} -x proxy:3128 https://a.example", _pw(5), ""),
+    # mysql and mariadb: -p glued to its password.
+    (f"mysql -h db -P 3306 -u root -p{_pw(6)} shop", _pw(6), ""),
+    (
+        f"mysqldump -uroot -p'{_pw(7)}' shop > dump.sql",
+        _pw(7),
+        f"mysqldump -uroot -p{_R} shop > dump.sql",
+    ),
+    (f"docker exec db mariadb -u root -p{_pw(8)} -e 'show tables'", _pw(8), ""),
+    (f"/usr/bin/mysqladmin -p{_pw(9)} status", _pw(9), ""),
+    # A registry or cloud login's -p, after a blank, glued or after "=".
+    (f"docker login -u bob -p {_pw(10)} registry.example.com", _pw(10), ""),
+    (f"podman login -u bob -p={_pw(11)} quay.io", _pw(11), ""),
+    (f"az login -u ci@example.com -p {_pw(12)}", _pw(12), ""),
+    (f"oc login https://api.example.com:6443 -u dev -p {_pw(13)}", _pw(13), ""),
+    # sshpass's -p; the ssh -p 22 it runs is a port and stays.
+    (f"sshpass -p {_pw(14)} ssh -p 22 deploy@example.com", _pw(14), ""),
+    (
+        f"sshpass -p'{_pw(15)}' scp app.tar deploy@example.com:/srv",
+        _pw(15),
+        f"sshpass -p{_R} scp app.tar deploy@example.com:/srv",
+    ),
+    # Single-dash flags: -password, keytool's -srcstorepass, openssl's
+    # -passout pass:x, Go's -token.
+    (f"app -password {_pw(16)} -v", _pw(16), ""),
+    (
+        f"keytool -importkeystore -srcstorepass {_pw(17)} -srckeystore in.p12",
+        _pw(17),
+        "",
+    ),
+    (f"openssl pkcs12 -export -passout pass:{_pw(18)} -out cert.p12", _pw(18), ""),
+    (f"consul kv get -token {_pw(19)} app/config", _pw(19), ""),
+    # pwd glued to a longer name is a password (PWD= and OLDPWD= are not).
+    (f"export DB_PWD={_pw(20)}", _pw(20), ""),
+    (f"Driver=ODBC;Server=db;Uid=sa;Pwd={_pw(21)};", _pw(21), ""),
+    # A key whose value is the next key: that key's value goes.
+    (f"password: token={_pw(22)}", _pw(22), ""),
+    # Signed URLs: the signature goes, the other parameters stay.
+    (
+        "GET https://acct.blob.core.windows.net/c/f.txt?sv=2022-11-02&ss=b&srt=o"
+        f"&sp=r&se=2030-01-01T00:00:00Z&sig={_B64}{_pw(23)} 403",
+        _B64 + _pw(23),
+        "",
+    ),
+    (
+        f"https://b.s3.amazonaws.com/k?X-Amz-Credential={_AWS}%2F20240101"
+        f"%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Signature={_HEX}",
+        _HEX,
+        f"https://b.s3.amazonaws.com/k?X-Amz-Credential={_R}&X-Amz-Signature={_R}",
+    ),
+    (
+        "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256"
+        f"&X-Goog-Expires=900&X-Goog-Signature={_HEX}{_pw(24)}",
+        _HEX + _pw(24),
+        "",
+    ),
+    (
+        f"https://b.s3.amazonaws.com/k?AWSAccessKeyId={_AWS}&Expires=1700000000"
+        f"&Signature={_B64}{_pw(25)}",
+        _B64 + _pw(25),
+        f"https://b.s3.amazonaws.com/k?AWSAccessKeyId={_R}&Expires=1700000000"
+        f"&Signature={_R}",
+    ),
+    (
+        f"https://d1.cloudfront.net/v.mp4?Expires=1700000000&Signature={_pw(26)}"
+        "&Key-Pair-Id=K2JCJMDEHXQW5F",
+        _pw(26),
+        "",
+    ),
+    (f"redirect https://app.example.com/cb?token={_pw(27)}&page=2", _pw(27), ""),
+    (
+        "oauth_consumer_key=dpf43f3p2l4k3l03&oauth_signature_method=HMAC-SHA1"
+        f"&oauth_signature={_pw(28)}&oauth_nonce=kllo9940pd9333jh",
+        _pw(28),
+        "",
+    ),
+    (f'{{"url": "https://x.example/f", "signature": "{_pw(29)}"}}', _pw(29), ""),
+]
+CREDENTIAL_FORMS: list[tuple[str, str, str]] = [
+    (text, secret, kept or text.replace(f'"{secret}"', _R).replace(secret, _R))
+    for text, secret, kept in _FORMS
+]
+# Each is also in SECRETS, so it goes through every text path the corpus
+# tests take.
+SECRETS += [(text, secret) for text, secret, _ in CREDENTIAL_FORMS]
+
+# Look like the forms above, hold no credential: each must stay as it is.
+NOT_CREDENTIALS: list[str] = [
+    "ssh -p 22 deploy@example.com uptime",
+    "scp -P 2222 app.tar deploy@example.com:/srv",
+    "pytest -k login -p no:cacheprovider -q",
+    "git log -p -3 --stat",
+    "pip install -U pip setuptools",
+    "mkdir -p build/out && cd build/out",
+    "mysql -h db -P 3306 -u root -p shop",  # -p and a blank: mysql prompts
+    "mysql -P3306 -h db -u root",
+    "curl -u admin https://api.example.com/v1",  # no password: curl prompts
+    "curl -sS https://api.example.com/v1/items?page=2&per_page=50",
+    "docker run --rm -u 1000:1000 -v /src:/src python:3.11",
+    "docker login -u bob registry.example.com",
+    "sshpass -f ~/.sshpass ssh -p 22 deploy@example.com",
+    "rsync -u deploy@example.com:/srv/app ./app",
+    "git push -u origin main",
+    "gcc -I/usr/include/mysql -pthread -c _mysql.c -o _mysql.o",
+    "sign=1 design=flat signal=15 signed=true",
+    "signature = hmac.new(secret_bytes, body, sha256).hexdigest()",
+    "PWD=/home/user/project OLDPWD=/home/user SHLVL=1",
+    "PWD: /home/user/project",
+    'echo "PWD=$PWD OLDPWD=$OLDPWD"',
+    "DB_PASSWORD=*** (masked)",
+    "the keys password=, passwd:, passphrase=, pass=) and token: ... are refused",
+]
+
 ORDINARY: list[str] = [
     "commit 3f786850e387550fdab836ed7e6dc881de23001b by alice",
     "deadbeefcafebabe0123456789abcdef01234567",
@@ -140,9 +281,27 @@ ORDINARY: list[str] = [
     "a:b@c and x=y and -----BEGIN CERTIFICATE-----",
     "bypass=1 passed: 3",
     "python -m pip install --upgrade pip",
+    *NOT_CREDENTIALS,
 ]
 
 HOSTILE_SIZE = 200_000
+# The literals of the command-line and signed-URL rules, repeated, without a
+# secret (HOSTILE_COMMANDS below hold one).
+HOSTILE_COMMANDS_HARMLESS: list[str] = [
+    "mysql ",
+    "mysql -u a ",
+    "mysql " + "a" * 250 + " ",
+    "docker login ",
+    "sshpass -v ",
+    "-u a ",
+    "-u 1:1 ",
+    "sign=",
+    "ssh -p 22 ",
+    "-p ",
+    "PWD=/",
+    "OLDPWD=/x ",
+    "token: ... ",
+]
 # Hostile texts that hold no secret, so each must come back as is.
 HOSTILE_HARMLESS: list[str] = [
     "a.",
@@ -160,6 +319,7 @@ HOSTILE_HARMLESS: list[str] = [
     "token",
     "ghp_",
     "://a:",
+    *HOSTILE_COMMANDS_HARMLESS,
 ]
 # The hostile texts of the issue "Hardening" (bench/ times each: >= 20 MB/s).
 HOSTILE_ISSUE: list[str] = [
@@ -193,7 +353,25 @@ HOSTILE_MORE: list[str] = [
     "Authorization: ",
     "hooks.slack.com/services/",
 ]
-HOSTILE_UNITS = HOSTILE_ISSUE + HOSTILE_MORE
+# The literals of the command-line and signed-URL rules, repeated, with a
+# secret (each "-p" of "mysql -p" holds one). Not in the bench's lists above,
+# whose sizes bench/redaction_speed.py reports;
+# tests/adversarial/test_credentials.py checks that every text path stays
+# linear on these and on HOSTILE_COMMANDS_HARMLESS.
+HOSTILE_COMMANDS: list[str] = [
+    "mysql -p",
+    "-u a:",
+    "--user a:",
+    "sig=",
+    "docker login -p ",
+    "sshpass -p ",
+    "-password ",
+    "-storepass ",
+    "pass=)",
+    "password: token=",
+    "DB_PWD=/",
+]
+HOSTILE_UNITS = HOSTILE_ISSUE + HOSTILE_MORE + HOSTILE_COMMANDS
 
 
 def hostile(unit: str, size: int = HOSTILE_SIZE) -> str:
