@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import shlex
 import sys
+import tempfile
 from enum import IntEnum
 from pathlib import Path
 
 import click
 
 PY = sys.executable
+GATE = ["gate", "run"]
 
 
 def _python(code: str) -> list[str]:
@@ -130,15 +132,19 @@ def run_demo(db: Path, cli: click.Group, exit_codes: type[IntEnum]) -> None:
     db.parent.mkdir(parents=True, exist_ok=True)
     dag_file = db.parent / "demo-dag.json"
     dag_file.write_text('{"design": [], "build": ["design"], "ship": ["build"]}\n')
-    click.echo(f"devs demo on {db}\n")
+    # A gate never runs in the store's folder (docs/security.md): the demo's
+    # run in a folder of their own, wherever the file is.
+    gates = tempfile.mkdtemp(prefix="devs-demo-gates-")
+    click.echo(f"devs demo on {db} (gates run in {gates})\n")
     for note, args in STEPS:
         args = [str(dag_file) if a == "{dag}" else a for a in args]
         if note:
             click.echo(f"# {note}")
         click.echo(_shown(args))
+        ran = ["gate", "run", "--cwd", gates, *args[2:]] if args[:2] == GATE else args
         try:
             cli.main(
-                args=["--db", str(db), *args], prog_name="devs", standalone_mode=False
+                args=["--db", str(db), *ran], prog_name="devs", standalone_mode=False
             )
             code = 0
         except SystemExit as exit_:

@@ -54,13 +54,14 @@ from langgraph.types import interrupt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from devs.adapters.client import HttpRecoveryClient
-from devs.adapters.sandbox import Isolation, check_allow_paths, run_gate
+from devs.adapters.sandbox import Isolation, check_allow_paths, run_gate, store_file
 from devs.domain import (
     ActionResult,
     GateDecision,
     IllegalTransition,
     InvalidInput,
     Outcome,
+    RecoveryService,
     TaskSummary,
 )
 from devs.domain.decisions import STATE_OUTCOMES
@@ -321,8 +322,15 @@ class Referee:
         task_id = _text(state, "task_id")
         command = self._command(state)
         workdir = self._workdir(state)
+        service = self.service
+        store = store_file(service) if isinstance(service, RecoveryService) else None
         run = _run_tests(
-            command, workdir, self.timeout, self.isolation, list(self.allow_paths)
+            command,
+            workdir,
+            self.timeout,
+            self.isolation,
+            list(self.allow_paths),
+            store,
         ).result()
         strategy = state.get("strategy")
         strategy = strategy if isinstance(strategy, str) else None
@@ -669,15 +677,18 @@ def _gate_run(
     timeout: float,
     isolation: Isolation,
     allow_paths: list[str] | None = None,
+    store: str | None = None,
 ) -> dict[str, Any]:
     """The test command's run: a LangGraph task, whose result LangGraph keeps
-    with the checkpoint, so a resumed gate does not run it again."""
+    with the checkpoint, so a resumed gate does not run it again. ``store``:
+    the SQLite file the gate may not reach (:func:`run_gate`)."""
     result = run_gate(
         command,
         cwd=workdir,
         timeout=timeout,
         isolation=isolation,
         allow_paths=allow_paths or (),
+        store=store,
     )
     return {
         "exit_code": result.exit_code,

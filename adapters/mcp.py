@@ -10,12 +10,18 @@ message, never a traceback).
 
 ``run_gate`` is the tool a careful agent should use: it runs the test command
 itself, sandboxed (:func:`devs.adapters.sandbox.run_gate`), in the server's
-working directory, and records its result, so the agent cannot misreport it.
+working directory or a folder inside it (``cwd``), and records its result, so
+the agent cannot misreport it. The command is the agent's, so it is bounded
+(memory, CPU, timeout: the agent may ask less than the server's maxima, never
+more; :class:`~devs.adapters.sandbox.GateSettings`), kept out of the store's
+folder, and refused where bubblewrap cannot sandbox it, unless the operator
+set ``DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES``.
 """
 
 import functools
 import inspect
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -25,7 +31,13 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from devs.adapters.sandbox import IsolationUnavailable, run_gate
+from devs.adapters.sandbox import (
+    ALLOW_UNSANDBOXED_ENV,
+    GateSettings,
+    IsolationUnavailable,
+    run_gate,
+    store_file,
+)
 from devs.domain import (
     AttemptDecision,
     DevsError,
@@ -62,8 +74,7 @@ with run_gate (or report them with record_gate), and read task_status and \
 lessons before a new try. When a tool answers that a human is asked \
 (escalate, pause, hand_off), stop working on the task."""
 
-GATE_TIMEOUT_MAX = 3_600.0
-DEFAULT_GATE_TIMEOUT = 600.0
+DEFAULT_GATE_TIMEOUT = 600
 
 Runner = Callable[[Callable[[], Any]], Awaitable[Any]]
 """Runs a call of the service off the event loop and awaits its value: a
@@ -77,6 +88,8 @@ class GateRunResult(BaseModel):
     timed_out: bool
     duration_seconds: float
     isolation: str
+    fallback: str | None = None
+    """Why the command ran unsandboxed (the operator allowed it), if it did."""
     output_tail: str
     """The last 4,000 characters of the output (redacted in the log)."""
     decision: GateDecision
@@ -184,27 +197,81 @@ def build_server(
         )
         return value
 
+    # The bounds an agent's gate meets; a wrong setting is each call's error
+    # (naming its variable), the defaults bounding the schema meanwhile.
+    settings_error: InvalidInput | None = None
+    try:
+        limits = GateSettings.from_environ(os.environ)
+    except InvalidInput as error:
+        limits, settings_error = GateSettings(), error
+    home = (workdir or Path.cwd()).resolve()
+
     async def run_gate_tool(
         task_id: TaskId,
         command: Command,
-        timeout: Annotated[float, Field(gt=0, le=GATE_TIMEOUT_MAX)] = (
-            DEFAULT_GATE_TIMEOUT
-        ),
+        cwd: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                max_length=4_096,
+                description="Where the command runs: a folder inside the "
+                "server's working directory (relative to it, or absolute); "
+                "default: that directory. Never the store's folder unless "
+                "in_store_folder.",
+            ),
+        ] = None,
+        timeout: Annotated[
+            float,
+            Field(gt=0, le=limits.max_timeout, description="Seconds."),
+        ] = min(DEFAULT_GATE_TIMEOUT, limits.max_timeout),
+        memory_mb: Annotated[
+            int,
+            Field(ge=16, le=limits.max_memory_mb, description="MiB of memory."),
+        ] = limits.max_memory_mb,
+        cpu_seconds: Annotated[
+            int,
+            Field(ge=1, le=limits.max_cpu_seconds, description="CPU-seconds."),
+        ] = limits.max_cpu_seconds,
+        in_store_folder: Annotated[
+            bool,
+            Field(
+                description="Run even though cwd is the store's folder: it is "
+                "read-only to the command then."
+            ),
+        ] = False,
         strategy: Strategy | None = None,
     ) -> GateRunResult:
         """Run the test command (an argv list, e.g. ["pytest", "-q"]) sandboxed
-        in the server's working directory, and record its result."""
-        where = workdir or Path.cwd()
+        in the server's working directory (or cwd inside it), within the
+        memory, CPU and time bounds, and record its result."""
+        if settings_error is not None:
+            raise settings_error
+        where = _gate_folder(home, cwd)
         # The task is checked and the result recorded as commands; the
         # command itself runs in a thread of its own, never holding the
         # writer (a 10-minute test suite would hold every other command).
         await run(lambda: service().require_gate_allowed(task_id))
+        store = store_file(service())
         try:
             result = await anyio.to_thread.run_sync(
-                lambda: run_gate(command, cwd=where, timeout=timeout)
+                lambda: run_gate(
+                    command,
+                    cwd=where,
+                    timeout=timeout,
+                    memory_mb=memory_mb,
+                    cpu_seconds=cpu_seconds,
+                    isolation="auto" if limits.allow_unsandboxed else "require",
+                    store=store,
+                    in_store_folder=in_store_folder,
+                    settings=limits,
+                )
             )
-        except IsolationUnavailable as error:  # pragma: no cover - "auto"
-            raise InvalidInput(str(error), field="command") from None
+        except IsolationUnavailable as error:
+            msg = (
+                f"{error}; run_gate runs no command unsandboxed unless the "
+                f"server's operator sets {ALLOW_UNSANDBOXED_ENV}=1"
+            )
+            raise IsolationUnavailable(msg) from None
         gate = redact(" ".join(command)[:2_000])[:190]
         decision: GateDecision = await run(
             lambda: service().record_gate(
@@ -221,6 +288,7 @@ def build_server(
             timed_out=result.timed_out,
             duration_seconds=round(result.duration_seconds, 3),
             isolation=result.isolation,
+            fallback=result.fallback,
             output_tail=decision_tail(result.output),
             decision=decision,
         )
@@ -264,6 +332,24 @@ def build_server(
         return value
 
     return server
+
+
+def _gate_folder(home: Path, cwd: str | None) -> Path:
+    """Where an agent's gate runs: ``cwd`` inside ``home`` (the server's
+    working directory; the gate may write there), else ``home`` itself."""
+    if cwd is None:
+        return home
+    if any(ord(c) < 32 or ord(c) == 127 for c in cwd):
+        msg = "cwd holds a control character"
+        raise InvalidInput(msg, field="cwd")
+    where = (home / cwd).resolve()  # an absolute cwd stays as it is
+    if where != home and home not in where.parents:
+        msg = f"cwd {cwd!r} is not inside the server's working directory {str(home)!r}"
+        raise InvalidInput(msg, field="cwd")
+    if not where.is_dir():
+        msg = f"cwd {cwd!r} is not a folder in {str(home)!r}"
+        raise InvalidInput(msg, field="cwd")
+    return where
 
 
 OUTPUT_TAIL = 4_000

@@ -21,6 +21,17 @@ it records them (:func:`devs.domain.values.cut`).
 
 A process that had to be killed (timeout, or a signal such as the CPU limit's
 ``SIGXCPU``) has no exit code: the gate sees ``None`` -> ``PROCESS_KILLED``.
+
+The referee's store is out of a gate's reach (``store=``): its folder is an
+empty read-only directory in the sandbox when it lies inside the working
+directory or apart from it, each folder between the working directory and it
+a mount point (a mount point cannot be renamed), and its files are hidden when
+the folder holds the working directory. A gate never runs in the store's
+folder itself unless asked (``in_store_folder``); then that folder is
+read-only. Bounds (:class:`GateSettings`): each private directory (``/tmp``,
+``/run``, ``/dev/shm``, the home directory) is a tmpfs of bounded size, and
+the processes a gate may run at once are bounded by a ``pids`` cgroup where
+one can be made, else by ``RLIMIT_NPROC`` (which Linux ignores for root).
 """
 
 from __future__ import annotations
@@ -38,14 +49,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from devs.domain.errors import DevsError, InvalidInput
 from devs.domain.redaction import error_hash, redact
+
+if TYPE_CHECKING:
+    from devs.domain import RecoveryService
 
 DEFAULT_OUTPUT_CAP = 1_048_576  # bytes of output kept (the last ones)
 KILL_GRACE_SECONDS = 2.0
@@ -60,12 +74,93 @@ WEAKER_ISOLATION = (
     "(no file-system or network isolation)"
 )
 
+# The referee's own settings are none of a gate's business: every DEVS_*
+# variable is removed but these (unless passed through by name).
+GATE_DEVS_VARIABLES = frozenset({"DEVS_TASK_ID"})
+
 _SECRET_NAME = re.compile(
     r"(?i)(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY"
-    r"|CREDENTIAL|AUTH|SESSION|COOKIE|SIGNATURE|^AWS_|^GH_|^GITHUB_|^OPENAI|^ANTHROPIC"
-    r"|^DATABASE_URL$|_DSN$)"
+    r"|CREDENTIAL|AUTH|SESSION|COOKIE|SIGNATURE|WEBHOOK|^AWS_|^GH_|^GITHUB_"
+    r"|^OPENAI|^ANTHROPIC|^DEVS_|DATABASE_URL$|_DSN$|SMTP_URL$)"
 )
-_SECRET_VALUE = re.compile(r"://[^\s/:@]*:[^\s/@]+@")
+# A value that carries a credential: a URL with a user (and password) in it,
+# a key in its query (?token=, &sig=, X-Amz-Signature=, ...), or a key in its
+# path (Slack, Discord, Teams and Telegram webhooks, any .../webhook/...).
+_SECRET_VALUE = re.compile(
+    r"(?i)://[^\s/?#@]+@"
+    r"|[?&][\w.-]*(?:token|key|sig|signature|secret|passw(?:or)?d|pwd|auth"
+    r"|credential|code)s?="
+    r"|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/|webhook\.office\.com/"
+    r"|api\.telegram\.org/bot|/webhooks?/"
+)
+
+ALLOW_UNSANDBOXED_ENV = "DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES"
+TMP_MB_ENV = "DEVS_GATE_TMP_MB"
+MAX_PROCESSES_ENV = "DEVS_GATE_MAX_PROCESSES"
+MAX_TIMEOUT_ENV = "DEVS_GATE_MAX_TIMEOUT"
+MAX_MEMORY_ENV = "DEVS_GATE_MAX_MEMORY_MB"
+MAX_CPU_ENV = "DEVS_GATE_MAX_CPU_SECONDS"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+def _setting(environ: Mapping[str, str], name: str, default: int, maximum: int) -> int:
+    raw = (environ.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= maximum:
+        msg = f"{name} must be a whole number in [1, {maximum}], got {raw[:40]!r}"
+        raise InvalidInput(msg, field=name)
+    return value
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """The gates' bounds and the unsandboxed switch, read from the
+    environment (:meth:`from_environ`; docs/configuration.md)."""
+
+    allow_unsandboxed: bool = False
+    """``DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES``: an agent's gate (MCP
+    ``run_gate``) may run without the sandbox where bwrap cannot build one."""
+    tmp_mb: int = 1_024
+    """``DEVS_GATE_TMP_MB``: the size of each private tmpfs (MiB)."""
+    max_processes: int = 1_024
+    """``DEVS_GATE_MAX_PROCESSES``: processes (and threads) a gate runs at once."""
+    max_timeout: int = 1_800
+    """``DEVS_GATE_MAX_TIMEOUT``: the longest timeout an agent may ask (s)."""
+    max_memory_mb: int = 4_096
+    """``DEVS_GATE_MAX_MEMORY_MB``: an agent's gate's memory limit: its
+    default and the most it may ask (MiB of address space)."""
+    max_cpu_seconds: int = 1_800
+    """``DEVS_GATE_MAX_CPU_SECONDS``: an agent's gate's CPU limit: its
+    default and the most it may ask."""
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> GateSettings:
+        """The settings; a wrong one is an ``InvalidInput`` naming its variable."""
+        raw = (environ.get(ALLOW_UNSANDBOXED_ENV) or "").strip().lower()
+        if raw not in _TRUE | _FALSE:
+            msg = (
+                f"{ALLOW_UNSANDBOXED_ENV} must be 1 or 0 (true/false, yes/no, "
+                f"on/off), got {raw[:40]!r}"
+            )
+            raise InvalidInput(msg, field=ALLOW_UNSANDBOXED_ENV)
+        return cls(
+            allow_unsandboxed=raw in _TRUE,
+            tmp_mb=_setting(environ, TMP_MB_ENV, cls.tmp_mb, 1_048_576),
+            max_processes=_setting(
+                environ, MAX_PROCESSES_ENV, cls.max_processes, 1_000_000
+            ),
+            max_timeout=_setting(environ, MAX_TIMEOUT_ENV, cls.max_timeout, 86_400),
+            max_memory_mb=_setting(
+                environ, MAX_MEMORY_ENV, cls.max_memory_mb, 1_048_576
+            ),
+            max_cpu_seconds=_setting(environ, MAX_CPU_ENV, cls.max_cpu_seconds, 86_400),
+        )
 
 
 class IsolationUnavailable(DevsError):
@@ -81,10 +176,15 @@ def scrub_environment(
     """The environment without secret-looking variables, and the names removed.
 
     A variable is secret-looking when its name says so (``*TOKEN*``,
-    ``*SECRET*``, ``*PASSWORD*``, ``*API_KEY*``, ``AWS_*``, ...) or its value
-    holds a URL with a password. Names in ``pass_through`` are always kept.
+    ``*SECRET*``, ``*PASSWORD*``, ``*API_KEY*``, ``*WEBHOOK*``,
+    ``*DATABASE_URL``, ``*_DSN``, ``*SMTP_URL``, ``AWS_*``, ...), it is one of
+    the referee's own settings (``DEVS_*`` but :data:`GATE_DEVS_VARIABLES`), or
+    its value holds a credential: a URL with a user or password, a key in its
+    query (``?token=``, ``&sig=``, ...) or in its path (a Slack, Discord,
+    Teams or Telegram webhook, any ``/webhook/``). Names in ``pass_through``
+    are always kept.
     """
-    keep = set(pass_through)
+    keep = set(pass_through) | GATE_DEVS_VARIABLES
     clean: dict[str, str] = {}
     removed: list[str] = []
     for name, value in environ.items():
@@ -154,8 +254,18 @@ class _TailBuffer:
             self.dropped += excess
 
 
-def _limits(cpu_seconds: int | None, memory_mb: int | None) -> None:
+def _limits(
+    cpu_seconds: int | None,
+    memory_mb: int | None,
+    max_processes: int | None,
+    cgroup: _Cgroup | None,
+) -> None:
     """Runs in the child before exec."""
+    if cgroup is not None:
+        cgroup.join()
+    elif max_processes is not None:
+        # Counted over every process of the real user, and ignored for root.
+        resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
     if cpu_seconds is not None:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
     if memory_mb is not None:
@@ -223,10 +333,14 @@ _BWRAP_BASE = (
 )
 _PRIVATE_DIRS = ("/tmp", "/run")
 
-# Mount kinds, in the order bwrap applies them at one depth.
-_HIDE, _EXPOSE, _WRITABLE, _PROTECT = range(4)
+# Mount kinds, in the order bwrap applies them at one depth. _SEAL: an empty
+# tmpfs made read-only once everything above it is mounted (the store's
+# folder); _MASK: /dev/null, read-only, over a file (one of the store's).
+_HIDE, _EXPOSE, _WRITABLE, _PROTECT, _SEAL, _MASK = range(6)
 _OPTION = {_HIDE: "--tmpfs", _EXPOSE: "--ro-bind", _WRITABLE: "--bind"}
 _OPTION[_PROTECT] = "--ro-bind"
+_EMPTY = (_HIDE, _SEAL)
+_SEAL_BYTES = 65_536
 
 
 @dataclass(frozen=True)
@@ -241,9 +355,13 @@ class _Mount:
     def holds(self, path: str) -> bool:
         return path == self.path or path.startswith(self.path.rstrip("/") + "/")
 
-    def options(self) -> list[str]:
+    def options(self, tmp_bytes: int) -> list[str]:
         if self.kind == _HIDE:
-            return ["--tmpfs", self.path]
+            return ["--size", str(tmp_bytes), "--tmpfs", self.path]
+        if self.kind == _SEAL:
+            return ["--size", str(_SEAL_BYTES), "--tmpfs", self.path]
+        if self.kind == _MASK:
+            return ["--ro-bind", "/dev/null", self.path]
         return [_OPTION[self.kind], self.path, self.path]
 
 
@@ -377,6 +495,33 @@ def _runtime_dirs(command: str, workdir: str, env: Mapping[str, str]) -> set[str
     return found
 
 
+def _runtime_folder(env: Mapping[str, str]) -> set[str]:
+    """``$XDG_RUNTIME_DIR`` (the user's sockets: the hook server's, D-Bus,
+    agents), as a real path, where it exists (it is usually under ``/run``)."""
+    given = (env.get("XDG_RUNTIME_DIR") or "").strip()
+    real = os.path.realpath(given) if os.path.isabs(given) else ""
+    return {real} if real not in ("", "/") and Path(real).is_dir() else set()
+
+
+def _store_mounts(workdir: str, store: _Store) -> list[_Mount]:
+    """What keeps the store's folder out of reach: see :func:`run_gate`."""
+    folder = store.folder
+    if folder == workdir:
+        return [_Mount(_PROTECT, workdir)]  # in_store_folder: checked before
+    if _Mount(_SEAL, folder).holds(workdir) or folder == "/":
+        return []  # read-only already (its files are masked)
+    found = [_Mount(_SEAL, folder)]
+    if _Mount(_WRITABLE, workdir).holds(folder):
+        # Each folder between the working directory and the store's is a
+        # mount point: renaming one would move the store out of its path
+        # for the referee, and a file made in its place would be opened.
+        between = Path(folder).parent
+        while str(between) != workdir:
+            found.append(_Mount(_WRITABLE, str(between)))
+            between = between.parent
+    return found
+
+
 def _mounts(
     workdir: str,
     env: Mapping[str, str],
@@ -384,21 +529,24 @@ def _mounts(
     allow_paths: Iterable[str],
     read_only_paths: Iterable[str],
     command: str,
+    store: _Store | None = None,
 ) -> list[_Mount]:
-    homes = _home_dirs(env)
+    homes = _home_dirs(env) | _runtime_folder(env)
     base = [_Mount(_HIDE, d) for d in _PRIVATE_DIRS if Path(d).is_dir()]
     base += [_Mount(_HIDE, h) for h in homes]
     base.append(_Mount(_WRITABLE, workdir))
+    if store is not None:
+        base += _store_mounts(workdir, store)
     mounts = _ordered(base)
 
     def hidden(path: str) -> bool:
         cover = _cover(path, mounts)
-        return cover is not None and cover.kind == _HIDE
+        return cover is not None and cover.kind in _EMPTY
 
     exposed = [p for p in allow_paths if hidden(p)]
     # The Python installations, unless exposing one would expose a whole
-    # hidden directory (a home directory, /tmp, /run).
-    hiding = [m.path for m in mounts if m.kind == _HIDE]
+    # hidden directory (a home directory, /tmp, /run, the store's folder).
+    hiding = [m.path for m in mounts if m.kind in _EMPTY]
     exposed += [
         p
         for p in _runtime_dirs(command, workdir, env)
@@ -413,7 +561,17 @@ def _mounts(
         cover = _cover(path, mounts)
         if cover is not None and cover.kind == _WRITABLE and Path(path).exists():
             protected.append(_Mount(_PROTECT, path))
-    return _ordered([*mounts, *protected])
+    mounts = _ordered([*mounts, *protected])
+
+    # The store's files that are still in sight (its folder holds the working
+    # directory, or is it): /dev/null in their place.
+    def in_sight(path: str) -> bool:
+        cover = _cover(path, mounts)
+        return cover is None or cover.kind not in _EMPTY
+
+    files = store.files if store is not None else ()
+    masked = [_Mount(_MASK, f) for f in files if Path(f).is_file() and in_sight(f)]
+    return _ordered([*mounts, *masked])
 
 
 def _locate(program: str, workdir: str, env: Mapping[str, str]) -> str:
@@ -488,12 +646,22 @@ def _bwrap_argv(
     network: bool,
     mounts: Sequence[_Mount],
     status_fd: int,
+    tmp_bytes: int,
 ) -> list[str]:
     return [
         program,
         *_BWRAP_BASE,
+        # bwrap's /dev holds /dev/shm on an unbounded tmpfs: bound it too.
+        *("--size", str(tmp_bytes), "--tmpfs", "/dev/shm"),
         *(["--share-net"] if network else []),
-        *(option for mount in mounts for option in mount.options()),
+        *(option for mount in mounts for option in mount.options(tmp_bytes)),
+        # Sealed once whatever is shown inside them is mounted.
+        *(
+            option
+            for mount in mounts
+            if mount.kind == _SEAL
+            for option in ("--remount-ro", mount.path)
+        ),
         "--chdir",
         workdir,
         "--json-status-fd",
@@ -514,6 +682,110 @@ def _started(status: bytes) -> bool:
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+STORE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+
+
+@dataclass(frozen=True)
+class _Store:
+    """A SQLite store's folder and files, as real paths."""
+
+    folder: str
+    files: tuple[str, ...]
+
+    @classmethod
+    def of(cls, database: str | Path) -> _Store:
+        text = str(database)
+        if _CONTROL.search(text):
+            msg = f"store {text!r} holds a control character"
+            raise InvalidInput(msg, field="store")
+        if text.startswith("file:"):  # a SQLite URI: its path, without the query
+            text = text[5:].split("?", 1)[0].split("#", 1)[0]
+            if text.startswith("//"):
+                text = text[2:]
+        real = os.path.realpath(os.path.expanduser(text))
+        return cls(os.path.dirname(real), tuple(real + s for s in STORE_SUFFIXES))
+
+
+def store_file(service: RecoveryService) -> str | None:
+    """The SQLite file ``service`` keeps its log in; ``None`` for PostgreSQL
+    (no file: the network namespace keeps gates from its server) or memory."""
+    from devs.adapters.config import Backend, backend_of, sqlite_path
+
+    if backend_of(service) is not Backend.SQLITE:
+        return None
+    return sqlite_path(service)
+
+
+class _Cgroup:
+    """A ``pids`` cgroup of its own for one gate, where this host lets the
+    runner make one (cgroup v1's ``pids`` hierarchy, or a cgroup v2 folder
+    whose subtree has the ``pids`` controller): the bound on the processes and
+    threads a gate runs at once, root's too. ``None`` from :meth:`make` where
+    there is none (``RLIMIT_NPROC`` is all there is then)."""
+
+    _made = 0
+    ROOT = Path("/sys/fs/cgroup")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def _parents(cls) -> list[Path]:
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError:
+            return []
+        found = []
+        for line in lines:
+            _, controllers, where = line.split(":", 2)
+            relative = where.lstrip("/")
+            if "pids" in controllers.split(","):
+                found.append(cls.ROOT / "pids" / relative)
+            elif controllers == "" and (cls.ROOT / "cgroup.controllers").is_file():
+                parent = cls.ROOT / relative
+                with suppress(OSError):
+                    enabled = (parent / "cgroup.subtree_control").read_text()
+                    if "pids" in enabled.split():
+                        found.append(parent)
+        return found
+
+    @classmethod
+    def make(cls, max_processes: int) -> _Cgroup | None:
+        for parent in cls._parents():
+            cls._made += 1
+            path = parent / f"devs-gate-{os.getpid()}-{cls._made}"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            try:
+                (path / "pids.max").write_text(str(max_processes))
+            except OSError:
+                with suppress(OSError):
+                    path.rmdir()
+                continue
+            return cls(path)
+        return None
+
+    def join(self) -> None:
+        """Runs in the child before exec: it and all it starts are counted."""
+        fd = os.open(self.path / "cgroup.procs", os.O_WRONLY)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+
+    def remove(self) -> None:
+        """Once the gate's processes are gone (killed and reaped by then)."""
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.02)  # the last ones are still exiting
+            else:
+                return
 
 
 def check_allow_paths(paths: Iterable[str | Path]) -> tuple[str, ...]:
@@ -571,6 +843,9 @@ def run_gate(
     allow_paths: Iterable[str | Path] = (),
     read_only_paths: Iterable[str | Path] = (),
     bwrap: str | None = None,
+    store: str | Path | None = None,
+    in_store_folder: bool = False,
+    settings: GateSettings | None = None,
 ) -> GateRun:
     """Run ``command`` sandboxed and report how it ended.
 
@@ -585,6 +860,19 @@ def run_gate(
     the active virtual environment and a Python command's installation
     (:func:`_runtime_dirs`). ``bwrap`` names the program (default: ``bwrap``
     on ``PATH``).
+
+    ``store`` names the referee's SQLite file: no gate may open, create or
+    replace it, its ``-wal``, ``-shm`` or ``-journal``. Under bubblewrap its
+    folder is an empty read-only directory (each folder between the working
+    directory and it a mount point, which cannot be renamed), unless the
+    folder holds the working directory: there it is read-only already, and
+    its files are ``/dev/null``. A working directory that *is* the store's
+    folder is refused (:class:`InvalidInput`, before anything runs) unless
+    ``in_store_folder``, which runs the gate with that folder read-only.
+
+    ``settings`` (default: :meth:`GateSettings.from_environ` of this process)
+    bounds each private tmpfs and the processes; ``max_processes`` is a
+    ``pids`` cgroup where one can be made, else ``RLIMIT_NPROC``.
     """
     if not command:
         msg = "command must not be empty"
@@ -600,6 +888,19 @@ def run_gate(
     if not workdir.is_dir():
         msg = f"working directory {str(workdir)!r} does not exist"
         raise InvalidInput(msg)
+    limits = settings if settings is not None else GateSettings.from_environ(os.environ)
+    kept = _Store.of(store) if store is not None else None
+    in_folder = kept is not None and kept.folder == os.path.realpath(workdir)
+    if kept is not None and in_folder and not in_store_folder:
+        msg = (
+            f"the gate's working directory {str(workdir)!r} holds the "
+            f"referee's store {os.path.basename(kept.files[0])!r}: a gate "
+            "never runs in the store's folder unless asked. Keep the store "
+            "in another folder (DEVS_DB or --db), run the gate in another "
+            "one (--cwd; run_gate's cwd), or ask to run it there with the "
+            "folder read-only (--in-store-folder; run_gate's in_store_folder)"
+        )
+        raise InvalidInput(msg, field="cwd")
     env, scrubbed = scrub_environment(
         os.environ if environ is None else environ, pass_env
     )
@@ -628,13 +929,55 @@ def run_gate(
             allowed,
             [os.path.realpath(p) for p in read_only_paths],
             command[0],
+            kept,
         )
         _check_visible(command[0], real_workdir, env, mounts)
         status_read, status_write = os.pipe()
         argv = _bwrap_argv(
-            program, command, real_workdir, network, mounts, status_write
+            program,
+            command,
+            real_workdir,
+            network,
+            mounts,
+            status_write,
+            limits.tmp_mb * 1024 * 1024,
         )
 
+    cgroup = _Cgroup.make(limits.max_processes)
+    try:
+        return _run(
+            command,
+            argv,
+            workdir,
+            env,
+            scrubbed,
+            program,
+            fallback,
+            (status_read, status_write),
+            timeout,
+            output_cap,
+            lambda: _limits(cpu_seconds, memory_mb, limits.max_processes, cgroup),
+        )
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+
+
+def _run(
+    command: Sequence[str],
+    argv: list[str],
+    workdir: Path,
+    env: dict[str, str],
+    scrubbed: list[str],
+    program: str | None,
+    fallback: str | None,
+    status: tuple[int, int],
+    timeout: float,
+    output_cap: int,
+    preexec: Callable[[], None],
+) -> GateRun:
+    """Run ``argv`` (the command, or bwrap and the command) and judge it."""
+    status_read, status_write = status
     buffer = _TailBuffer(int(output_cap))
     start = time.monotonic()
     try:
@@ -647,11 +990,7 @@ def run_gate(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             pass_fds=(status_write,) if program is not None else (),
-            preexec_fn=(
-                (lambda: _limits(cpu_seconds, memory_mb))
-                if cpu_seconds is not None or memory_mb is not None
-                else None
-            ),
+            preexec_fn=preexec,
         )
     except OSError as error:
         if program is not None:
@@ -694,9 +1033,9 @@ def run_gate(
     duration = time.monotonic() - start
 
     if program is not None:
-        status = _read_available(status_read)
+        report = _read_available(status_read)
         os.close(status_read)
-        if not timed_out and not _started(status):
+        if not timed_out and not _started(report):
             said = buffer.data.decode("utf-8", "replace").strip().splitlines()
             msg = "the gate sandbox could not be set up: " + (
                 said[-1].strip() if said else f"bwrap exit code {process.returncode}"

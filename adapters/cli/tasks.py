@@ -31,6 +31,7 @@ from devs.adapters.sandbox import (
     DEFAULT_OUTPUT_CAP,
     IsolationUnavailable,
     run_gate,
+    store_file,
 )
 from devs.domain import (
     EntropyDecision,
@@ -369,6 +370,12 @@ def gate() -> None:
     is_flag=True,
     help="Refuse to run when the bwrap sandbox is unavailable.",
 )
+@click.option(
+    "--in-store-folder",
+    is_flag=True,
+    help="Run even though the working directory holds the store (a gate "
+    "never runs there unless asked); the folder is read-only to the command.",
+)
 @click.option("--strategy", default=None, help="The strategy this attempt used.")
 @json_option
 @pass_context
@@ -387,6 +394,7 @@ def gate_run(
     network: bool,
     allow_paths: Sequence[str],
     require_isolation: bool,
+    in_store_folder: bool,
     strategy: str | None,
     as_json: bool,
 ) -> None:
@@ -396,7 +404,9 @@ def gate_run(
 
     Under bubblewrap (bwrap) when it works here: no network, a read-only file
     system but for the working directory and a private /tmp, an empty home
-    directory. Without it, one warning line and weaker isolation.
+    directory, the store out of sight. Without it, one warning line and
+    weaker isolation. The working directory must not be the store's folder
+    unless --in-store-folder (then it is read-only).
     """
     # Refuse an unknown task, or one that takes no gate now, before running anything.
     ctx.app.require_gate_allowed(task_id)
@@ -412,10 +422,9 @@ def gate_run(
             isolation="require" if require_isolation else "auto",
             network=network,
             allow_paths=allow_paths,
-            # The referee's own log is read-only to the command.
-            read_only_paths=[
-                ctx.db + suffix for suffix in ("", "-wal", "-shm", "-journal")
-            ],
+            # The referee's own log is out of the command's reach.
+            store=store_file(ctx.app),
+            in_store_folder=in_store_folder,
         )
     except IsolationUnavailable as error:
         fail(" ".join(str(error).split()), ExitCode.REFUSED)

@@ -71,7 +71,10 @@ class Devs:
 
 @pytest.fixture
 def devs(tmp_path: Path) -> Devs:
-    return Devs(tmp_path / "state.sqlite", tmp_path)
+    # The store apart from the folder the commands (and so the gates) run in:
+    # a gate never runs in the store's folder unless asked.
+    (tmp_path / "store").mkdir()
+    return Devs(tmp_path / "store" / "state.sqlite", tmp_path)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], text: str) -> None:

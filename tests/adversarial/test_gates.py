@@ -1,0 +1,397 @@
+"""The gate command as an attacker, through the real ``devs gate run``.
+
+A gate runs code the agent wrote. Nothing it runs may open, create or replace
+a file of the store (the database, ``-wal``, ``-shm``, ``-journal``, their
+folder), reach the server's sockets, read its environment, or write beyond
+bounded ``/tmp`` and process limits. Each test attacks as a gate would and
+checks the host afterwards, not only what the gate printed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devs.adapters.sandbox import Isolation, _Cgroup, run_gate
+from tests.helpers import event_count, require_bwrap
+
+DEVS = str(Path(sys.executable).with_name("devs"))
+PY = sys.executable
+OK, RETRY, BAD_INPUT = 0, 1, 6
+SUFFIXES = ("-journal", "-wal", "-shm")
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A folder neither under /tmp nor the home directory (both hidden in the
+    sandbox anyway), so that what the sandbox shows is what is tested."""
+    folder = Path(tempfile.mkdtemp(prefix="devs-adv-", dir="/var/tmp")).resolve()
+    yield folder
+    subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+def devs(
+    db: Path, cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [DEVS, "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def started(db: Path, cwd: Path) -> None:
+    done = devs(db, cwd, "task", "start", "t1")
+    assert done.returncode == OK, done.stderr
+
+
+def last_output(db: Path, cwd: Path) -> str:
+    import json
+
+    shown = devs(db, cwd, "task", "show", "t1", "--json")
+    return str(json.loads(shown.stdout)["failure_history"][-1]["output_excerpt"])
+
+
+def snapshot(db: Path) -> dict[str, bytes | None]:
+    """The store's files as they are on the host (None: absent)."""
+    return {
+        s: (Path(f"{db}{s}").read_bytes() if Path(f"{db}{s}").exists() else None)
+        for s in ("", *SUFFIXES)
+    }
+
+
+# The attack: plant a journal, a WAL and a WAL index beside the store (SQLite
+# replays a hot journal at the next open: a forged copy of every page), write
+# the database, read it, list its folder, and move the folder away (the
+# referee would then open whatever is made in its place).
+PLANT = """
+import os, sys
+db = sys.argv[1]
+for suffix in ("-journal", "-wal", "-shm"):
+    try:
+        with open(db + suffix, "wb") as f:
+            f.write(b"\\xd9\\xd5\\x05\\xf9\\x20\\xa1\\x63\\xd7" + b"F" * 4096)
+        print("planted", suffix)
+    except OSError as e:
+        print("no plant", suffix, e.strerror)
+try:
+    open(db, "ab").write(b"forged"); print("wrote the db")
+except OSError as e:
+    print("no write", e.strerror)
+try:
+    print("read the db", len(open(db, "rb").read()))
+except OSError as e:
+    print("no read", e.strerror)
+try:
+    print("listed", os.listdir(os.path.dirname(db)))
+except OSError as e:
+    print("no list", e.strerror)
+folder = os.path.dirname(db)
+try:
+    os.rename(folder, folder + ".moved"); print("moved the folder")
+except OSError as e:
+    print("no move", e.strerror)
+sys.exit(1)
+"""
+
+
+def test_a_gate_cannot_plant_a_journal_or_touch_the_store_below_its_folder(
+    base: Path,
+) -> None:
+    """The store in a folder inside the gate's working directory."""
+    require_bwrap()
+    work = base / "project"
+    (work / "state").mkdir(parents=True)
+    db = work / "state" / "devs_state.sqlite"
+    started(db, work)
+    before, count = snapshot(db), event_count(db)
+    (work / "plant.py").write_text(PLANT)
+    ran = devs(db, work, "gate", "run", "t1", "--", PY, "plant.py", str(db))
+    assert ran.returncode == RETRY, ran.stderr
+    said = last_output(db, work)
+    assert "planted" not in said, said
+    assert "wrote the db" not in said, said
+    assert "moved the folder" not in said, said
+    assert "read the db" not in said, said
+    assert "listed []" in said  # an empty, read-only folder
+    after = snapshot(db)
+    for suffix in SUFFIXES:  # the referee's own -wal/-shm may come and go
+        assert b"F" * 4096 not in (after[suffix] or b""), suffix
+    assert after["-journal"] is None
+    assert before["-journal"] is None
+    assert not (work / "state.moved").exists()
+    assert event_count(db) == count + 1  # the gate's own failure, nothing else
+    verified = devs(db, work, "verify")
+    assert verified.returncode == OK, verified.stdout + verified.stderr
+
+
+def test_a_gate_never_runs_in_the_store_folder_unless_asked(base: Path) -> None:
+    """The default layout: the store in the folder the gate runs in."""
+    require_bwrap()
+    db = base / "devs_state.sqlite"
+    started(db, base)
+    count = event_count(db)
+    (base / "plant.py").write_text(PLANT)
+    refused = devs(db, base, "gate", "run", "t1", "--", PY, "plant.py", str(db))
+    assert refused.returncode == BAD_INPUT, refused.stderr
+    assert "holds the referee's store 'devs_state.sqlite'" in refused.stderr
+    assert "--in-store-folder" in refused.stderr
+    assert "DEVS_DB" in refused.stderr
+    assert event_count(db) == count  # nothing ran, nothing was recorded
+    assert all(not Path(f"{db}{s}").exists() for s in ("-journal",))
+
+    asked = devs(
+        db,
+        base,
+        "gate",
+        "run",
+        "t1",
+        "--in-store-folder",
+        "--",
+        PY,
+        "plant.py",
+        str(db),
+    )
+    assert asked.returncode == RETRY, asked.stderr
+    said = last_output(db, base)
+    assert "no plant -journal Read-only file system" in said, said
+    assert "planted" not in said, said
+    assert "wrote the db" not in said, said
+    assert "read the db" not in said, said
+    assert "moved the folder" not in said, said
+    assert not Path(f"{db}-journal").exists()
+    assert event_count(db) == count + 1
+    assert devs(db, base, "verify").returncode == OK
+
+
+def test_a_gate_reaches_no_server_socket_nor_its_parents_environment(
+    base: Path,
+) -> None:
+    """A loopback TCP port (``devs serve``), a unix socket in the user's
+    runtime folder (the hook server's), and ``/proc/<ppid>/environ``."""
+    require_bwrap()
+    work = base / "project"
+    runtime = base / "runtime"
+    (runtime / "devs").mkdir(parents=True)
+    work.mkdir()
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    started(db, work)
+    unix = runtime / "devs" / "hook-test.sock"
+    with (
+        socket.create_server(("127.0.0.1", 0)) as tcp,
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as hook,
+    ):
+        hook.bind(str(unix))
+        hook.listen()
+        probe = f"""
+import os, socket
+for name, family, address in (
+    ("tcp", socket.AF_INET, ("127.0.0.1", {tcp.getsockname()[1]})),
+    ("unix", socket.AF_UNIX, {str(unix)!r}),
+):
+    try:
+        socket.socket(family).connect(address); print("reached", name)
+    except OSError as e:
+        print("no", name, type(e).__name__)
+for pid in (os.getppid(), 1):
+    try:
+        data = open(f"/proc/{{pid}}/environ", "rb").read()
+        print("environ", pid, b"server-secret" in data)
+    except OSError as e:
+        print("no environ", pid, e.strerror)
+raise SystemExit(1)
+"""
+        env = {
+            "XDG_RUNTIME_DIR": str(runtime),
+            "DEVS_API_TOKEN": "server-secret-" + "x" * 24,
+        }
+        ran = devs(db, work, "gate", "run", "t1", "--", PY, "-c", probe, env=env)
+        assert ran.returncode == RETRY, ran.stderr
+        hook.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            hook.accept()  # nobody connected
+    said = last_output(db, work)
+    assert "reached" not in said, said
+    assert "no tcp" in said, said
+    assert "no unix" in said, said
+    # The gate's /proc is its own: no process of the host is in it, and
+    # nothing in it holds the server's environment.
+    assert "True" not in said, said
+
+
+SECRETS = {
+    "APP_DATABASE_URL": "postgresql://db.internal/app",
+    "DEVS_SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/xyzzy",
+    "DEVS_WEBHOOK_URLS": "https://ci.example.invalid/notify?sig=abc123",
+    "DEVS_SMTP_URL": "smtp://mailer.example.invalid:587",
+    "DEVS_API_TOKEN": "api-token-" + "a" * 24,
+    "DEVS_CONSOLE_SECRET": "console-secret-" + "c" * 32,
+    "BUILD_NOTIFY_HOOK": "https://chat.example.invalid/webhook/abc",
+    "REPORT_URL": "https://reports.example.invalid/upload?token=abc",
+    "DEPLOY_STATUS": "https://discord.com/api/webhooks/1/abc",
+    "MIRROR": "https://ghp_abcdef@github.com/org/repo",
+}
+
+
+def test_endpoint_secrets_and_the_referees_settings_never_reach_a_gate(
+    base: Path,
+) -> None:
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    work = base / "project"
+    work.mkdir()
+    started(db, work)
+    env = {**SECRETS, "DEVS_TASK_ID": "t1", "HARMLESS_URL": "https://example.invalid/"}
+    show = "import os, json; print(json.dumps(sorted(os.environ))); raise SystemExit(1)"
+    ran = devs(db, work, "gate", "run", "t1", "--json", "--", PY, "-c", show, env=env)
+    assert ran.returncode == RETRY, ran.stderr
+    said = last_output(db, work)
+    for name in SECRETS:
+        assert f'"{name}"' not in said, name
+    assert '"DEVS_TASK_ID"' in said
+    assert '"HARMLESS_URL"' in said
+    import json
+
+    assert set(SECRETS) <= set(json.loads(ran.stdout)["run"]["scrubbed_env"])
+
+
+@pytest.mark.parametrize("isolation", ["require", "none"])
+def test_the_stores_url_never_reaches_a_gate(base: Path, isolation: Isolation) -> None:
+    """``DEVS_DATABASE_URL`` makes ``devs`` itself use PostgreSQL: the runner
+    is called directly here, with and without the sandbox."""
+    if isolation == "require":
+        require_bwrap()
+    environ = {
+        "PATH": os.environ["PATH"],
+        "DEVS_DATABASE_URL": "postgresql://devs@db.internal/devs?sslmode=require",
+        "REPLICA_DATABASE_URL": "postgresql://db.internal/replica",
+        **SECRETS,
+    }
+    show = "import os; print(sorted(os.environ))"
+    result = run_gate([PY, "-c", show], cwd=base, environ=environ, isolation=isolation)
+    assert result.exit_code == 0, result.output
+    assert "DATABASE_URL" not in result.output
+    assert "DEVS_" not in result.output
+    assert set(environ) - {"PATH"} == set(result.scrubbed_env)
+
+
+def test_private_tmp_and_shared_memory_are_bounded(base: Path) -> None:
+    require_bwrap()
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    work = base / "project"
+    work.mkdir()
+    started(db, work)
+    fill = """
+import sys
+for where in ("/tmp/fill", "/dev/shm/fill"):
+    written = 0
+    try:
+        with open(where, "wb") as f:
+            for _ in range(64):
+                f.write(b"x" * 1048576); f.flush(); written += 1
+        print(where, "took 64 MiB")
+    except OSError as e:
+        print(where, "stopped at", written, "MiB:", e.strerror)
+sys.exit(1)
+"""
+    env = {"DEVS_GATE_TMP_MB": "16"}
+    ran = devs(db, work, "gate", "run", "t1", "--", PY, "-c", fill, env=env)
+    assert ran.returncode == RETRY, ran.stderr
+    said = last_output(db, work)
+    assert "took 64 MiB" not in said, said
+    assert said.count("No space left on device") == 2, said
+
+
+def test_the_processes_a_gate_runs_are_bounded(base: Path) -> None:
+    require_bwrap()
+    if _Cgroup.make(1) is None and os.geteuid() == 0:  # pragma: no cover - host
+        pytest.skip("no pids cgroup here, and RLIMIT_NPROC does not bind root")
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    work = base / "project"
+    work.mkdir()
+    started(db, work)
+    spawn = """
+import os, time, sys
+n = 0
+try:
+    for _ in range(300):
+        if os.fork() == 0:
+            time.sleep(5); os._exit(0)
+        n += 1
+    print("spawned", n)
+except OSError as e:
+    print("stopped at", n, e.strerror)
+sys.exit(1)
+"""
+    env = {"DEVS_GATE_MAX_PROCESSES": "40"}
+    ran = devs(db, work, "gate", "run", "t1", "--", PY, "-c", spawn, env=env)
+    assert ran.returncode == RETRY, ran.stderr
+    said = last_output(db, work)
+    assert "spawned 300" not in said, said
+    assert "Resource temporarily unavailable" in said, said
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DEVS_GATE_TMP_MB", "lots"),
+        ("DEVS_GATE_MAX_PROCESSES", "0"),
+        ("DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES", "maybe"),
+    ],
+)
+def test_a_wrong_gate_setting_is_refused_and_nothing_runs(
+    base: Path, name: str, value: str
+) -> None:
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    work = base / "project"
+    work.mkdir()
+    started(db, work)
+    count = event_count(db)
+    marker = work / "ran"
+    touch = f"open({str(marker)!r}, 'w').close()"
+    ran = devs(db, work, "gate", "run", "t1", "--", PY, "-c", touch, env={name: value})
+    assert ran.returncode == BAD_INPUT, ran.stderr
+    assert name in ran.stderr
+    assert ran.stderr.startswith("devs: error: ")
+    assert not marker.exists()
+    assert event_count(db) == count
+
+
+def test_the_store_tampered_from_outside_is_what_verify_reports(base: Path) -> None:
+    """An attacker with the file (not a gate) edits an event that has a
+    successor: its successor's link no longer matches, and verify names the
+    task and the version. (What it cannot see: docs/security.md.)"""
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    work = base / "project"
+    work.mkdir()
+    started(db, work)
+    failed = devs(db, work, "gate", "run", "t1", "--", PY, "-c", "exit(1)")
+    assert failed.returncode == RETRY, failed.stderr
+    assert devs(db, work, "verify").returncode == OK
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "UPDATE stored_events SET state = replace(state, "
+            'CAST(\'"agent":null\' AS BLOB), CAST(\'"agent":"carol"\' AS BLOB)) '
+            "WHERE originator_id = 'task:t1' AND originator_version = 1"
+        )
+    verified = devs(db, work, "verify")
+    assert verified.returncode != OK, verified.stdout
+    shown = verified.stdout + verified.stderr
+    assert "task 't1': version 1 does not match the hash recorded at version 2" in shown

@@ -1,0 +1,292 @@
+"""The agent as attacker through MCP ``run_gate``: ``devs mcp`` (stdio) and
+``/mcp`` of a real ``devs serve``, each against a real SQLite store.
+
+The agent's token answers for the agent only: a gate command that runs
+``devs`` on the store (to add an operator, to start or resume a task under a
+person's name) fails and leaves the store as it was. Where bubblewrap cannot
+sandbox, an agent's gate is refused unless the operator allowed it. The
+memory, CPU and time bounds are tool parameters, capped by the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.e2e.test_mcp import DEVS, Connect, http, stdio, text
+from tests.e2e.test_serve import TOKEN, Server
+from tests.e2e.test_without_bwrap import path_without_bwrap
+from tests.helpers import event_count, require_bwrap
+
+PY = sys.executable
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="devs-adv-mcp-", dir="/var/tmp")).resolve()
+    yield folder
+    subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+def operators(db: Path) -> list[Any]:
+    shown = subprocess.run(
+        [DEVS, "--db", str(db), "operator", "list", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found: list[Any] = json.loads(shown.stdout)
+    return found
+
+
+def connection(
+    kind: str, db: Path, work: Path, env: dict[str, str] | None = None
+) -> tuple[Connect, Server | None]:
+    """A client of ``devs mcp`` or of ``/mcp`` in ``devs serve``, started in
+    ``work`` (its working directory: where run_gate runs by default)."""
+    if kind == "stdio":
+        connect = stdio(db, work)
+        if env:
+            return with_env(connect, db, work, env), None
+        return connect, None
+    server = Server(db, cwd=work, env=env)
+    return http(server.url, TOKEN), server
+
+
+def with_env(_: Connect, db: Path, work: Path, env: dict[str, str]) -> Connect:
+    from contextlib import asynccontextmanager
+
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    @asynccontextmanager
+    async def connect() -> Any:
+        params = StdioServerParameters(
+            command=DEVS,
+            args=["--db", str(db), "mcp", "--workdir", str(work)],
+            env={**os.environ, **env},
+        )
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+    return connect
+
+
+async def call(connect: Connect, *calls: tuple[str, dict[str, Any]]) -> list[Any]:
+    results = []
+    async with connect() as session:
+        for name, arguments in calls:
+            results.append(await session.call_tool(name, arguments))
+    return results
+
+
+def forge(db: Path) -> list[list[str]]:
+    """Gate commands that answer for people with the agent's own access:
+    through ``devs``, and through SQLite itself (deleting the task's start)."""
+    erase = (
+        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+        "c.execute('DELETE FROM stored_events WHERE originator_version = 1'); "
+        "c.commit()"
+    )
+    return [
+        [DEVS, "--db", str(db), "operator", "add", "mallory", "--actor", "alice"],
+        [DEVS, "--db", str(db), "task", "start", "forged", "--agent", "alice"],
+        [PY, "-c", erase, str(db)],
+    ]
+
+
+@pytest.mark.parametrize("kind", ["stdio", "http"])
+def test_a_gate_command_cannot_write_the_store(base: Path, kind: str) -> None:
+    require_bwrap()
+    work = base / "project"
+    (work / "state").mkdir(parents=True)
+    db = work / "state" / "devs_state.sqlite"
+    subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
+    connect, server = connection(kind, db, work)
+    try:
+        results = anyio.run(
+            call,
+            connect,
+            *(("run_gate", {"task_id": "t1", "command": c}) for c in forge(db)),
+        )
+    finally:
+        if server is not None:
+            server.stop()
+    for result in results:
+        assert not result.is_error, text(result)
+        assert result.structured_content["exit_code"] != 0, text(result)
+        assert result.structured_content["isolation"] == "bwrap"
+    assert operators(db) == []
+    shown = subprocess.run(
+        [DEVS, "--db", str(db), "task", "show", "forged"], capture_output=True
+    )
+    assert shown.returncode != 0  # no such task
+    with sqlite3.connect(db) as store:
+        topics = [t for (t,) in store.execute("SELECT topic FROM stored_events")]
+    # Started, the three failures and what the ladder made of them: the
+    # referee's own writes only.
+    assert topics[:4] == ["devs:Task.Started", *["devs:Task.GateFailed"] * 3]
+    assert all(topic.startswith("devs:Task.") for topic in topics), topics
+
+
+@pytest.mark.parametrize("kind", ["stdio", "http"])
+def test_a_gate_never_runs_in_the_store_folder_unless_asked(
+    base: Path, kind: str
+) -> None:
+    """The default layout: the server started where its store is."""
+    require_bwrap()
+    db = base / "devs_state.sqlite"
+    subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
+    connect, server = connection(kind, db, base)
+    command = forge(db)[0]
+    try:
+        refused, asked, outside = anyio.run(
+            call,
+            connect,
+            ("run_gate", {"task_id": "t1", "command": command}),
+            (
+                "run_gate",
+                {"task_id": "t1", "command": command, "in_store_folder": True},
+            ),
+            ("run_gate", {"task_id": "t1", "command": ["true"], "cwd": "/etc"}),
+        )
+    finally:
+        if server is not None:
+            server.stop()
+    assert refused.is_error
+    assert "invalid_input (field cwd)" in text(refused)
+    assert "holds the referee's store 'devs_state.sqlite'" in text(refused)
+    assert "in_store_folder" in text(refused)
+    assert not asked.is_error, text(asked)
+    assert asked.structured_content["exit_code"] != 0
+    assert outside.is_error
+    assert "is not inside the server's working directory" in text(outside)
+    assert operators(db) == []
+    assert not Path(f"{db}-journal").exists()
+    assert event_count(db) == 2  # Started, and the failure asked for
+
+
+@pytest.mark.parametrize("kind", ["stdio", "http"])
+def test_without_bwrap_an_agents_gate_is_refused_unless_allowed(
+    base: Path, kind: str
+) -> None:
+    work = base / "project"
+    work.mkdir()
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
+    no_bwrap = {"PATH": path_without_bwrap(base / "bin")}
+    marker = work / "ran"
+    touch = [PY, "-c", f"open({str(marker)!r}, 'w').close()"]
+    connect, server = connection(kind, db, work, env=no_bwrap)
+    try:
+        (refused,) = anyio.run(
+            call, connect, ("run_gate", {"task_id": "t1", "command": touch})
+        )
+    finally:
+        if server is not None:
+            server.stop()
+    assert refused.is_error
+    assert "refused" in text(refused)
+    assert "bwrap is not installed" in text(refused)
+    assert "DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES=1" in text(refused)
+    assert not marker.exists()
+    assert event_count(db) == 1
+
+    allowed = {**no_bwrap, "DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES": "1"}
+    show = [PY, "-c", "import os; print(sorted(os.environ)); raise SystemExit(2)"]
+    connect, server = connection(kind, db, work, env=allowed)
+    try:
+        (ran,) = anyio.run(
+            call, connect, ("run_gate", {"task_id": "t1", "command": show})
+        )
+    finally:
+        if server is not None:
+            server.stop()
+    assert not ran.is_error, text(ran)
+    result = ran.structured_content
+    assert result["isolation"] == "none"
+    assert "bwrap is not installed" in result["fallback"]
+    assert "DEVS_" not in result["output_tail"]  # the API token above all
+    assert event_count(db) == 2
+
+
+def test_the_bounds_are_offered_and_capped(base: Path) -> None:
+    work = base / "project"
+    work.mkdir()
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
+    env = {
+        "DEVS_GATE_MAX_TIMEOUT": "30",
+        "DEVS_GATE_MAX_MEMORY_MB": "512",
+        "DEVS_GATE_MAX_CPU_SECONDS": "20",
+        # bwrap or not, the bounds hold: this test is not about the sandbox.
+        "DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES": "1",
+    }
+    hog = [PY, "-c", "b = bytearray(700 * 1024 * 1024); print('took it')"]
+
+    async def session() -> tuple[dict[str, Any], list[Any]]:
+        async with with_env(stdio(db, work), db, work, env)() as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            schema = tools["run_gate"].input_schema["properties"]
+            answers = [
+                await client.call_tool("run_gate", {"task_id": "t1", **arguments})
+                for arguments in (
+                    {"command": ["true"], "timeout": 31},
+                    {"command": ["true"], "memory_mb": 513},
+                    {"command": ["true"], "cpu_seconds": 21},
+                    {"command": hog},
+                    {"command": hog, "memory_mb": 256},
+                )
+            ]
+            return schema, answers
+
+    schema, answers = anyio.run(session)
+    assert schema["timeout"]["maximum"] == 30
+    assert (schema["memory_mb"]["maximum"], schema["memory_mb"]["default"]) == (
+        512,
+        512,
+    )
+    assert (schema["cpu_seconds"]["maximum"], schema["cpu_seconds"]["default"]) == (
+        20,
+        20,
+    )
+    for answer, field in zip(
+        answers[:3], ("timeout", "memory_mb", "cpu_seconds"), strict=True
+    ):
+        assert answer.is_error, text(answer)
+        assert field in text(answer), text(answer)
+    for answer in answers[3:]:  # the default bound holds, and a smaller one
+        assert not answer.is_error, text(answer)
+        assert answer.structured_content["exit_code"] != 0
+        assert "MemoryError" in answer.structured_content["output_tail"]
+    assert event_count(db) == 3  # the refused calls recorded nothing
+
+
+def test_a_wrong_gate_setting_is_each_calls_error(base: Path) -> None:
+    work = base / "project"
+    work.mkdir()
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
+    connect = with_env(stdio(db, work), db, work, {"DEVS_GATE_MAX_TIMEOUT": "forever"})
+    (answer,) = anyio.run(
+        call, connect, ("run_gate", {"task_id": "t1", "command": ["true"]})
+    )
+    assert answer.is_error
+    assert "invalid_input (field DEVS_GATE_MAX_TIMEOUT)" in text(answer)
+    assert event_count(db) == 1
