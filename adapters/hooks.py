@@ -180,27 +180,69 @@ PERSON_COMMANDS = frozenset(
 )
 """``devs`` commands that answer for a person or change the referee: a person
 runs them, never the agent the referee watches."""
-_WORD = re.compile(r"[^\s;&|()<>'\"`$]+")
+_TOKEN = re.compile(
+    r"""(?P<word>(?:'[^']*+'|"(?:[^"\\]++|\\.)*+"|\\.|\$(?!\()|[^\s'"\\;&|()<>`$]++)++)"""
+    r"""|(?P<substitution>\$\(|`)|(?P<separator>[;&|()<>\n])|\s++""",
+    re.DOTALL,
+)
+r"""A shell command's words, as the shell joins them (``de''vs``, ``"devs"``,
+``re\sume`` are ``devs`` and ``resume``), and what ends a command: a
+separator, or a substitution (``$(`` or a backquote), which starts one of its
+own. Every piece is possessive: one pass, whatever the text."""
+_QUOTING = re.compile(r"""'([^']*+)'|"((?:[^"\\]++|\\.)*+)"|\\(.)""", re.DOTALL)
 _TAKES_VALUE = frozenset({"--db", "--url"})
+_FEEDERS = frozenset({"xargs", "parallel"})
+"""Programs that run a command with words read elsewhere (stdin)."""
+
+
+def _unquoted(word: str) -> str:
+    if not any(mark in word for mark in "'\"\\"):
+        return word
+    return _QUOTING.sub(
+        lambda m: m.group(1) if m.group(1) is not None else m.group(2) or m.group(3),
+        word,
+    )
 
 
 def _devs_program(word: str) -> bool:
     base = word.rsplit("/", 1)[-1]
-    return base == "devs" or word.startswith("devs.adapters")
+    return base in ("devs", "devs.exe") or word.startswith("devs.adapters")
+
+
+def shell_words(command: str) -> Iterator[str | None]:
+    """The words of ``command``, unquoted, with ``None`` where one command
+    ends and another begins (a separator), and ``"$("`` where a substitution
+    begins."""
+    for match in _TOKEN.finditer(command):
+        if (word := match.group("word")) is not None:
+            yield _unquoted(word)
+        elif match.group("substitution") is not None:
+            yield "$("
+        elif match.group("separator") is not None:
+            yield None
 
 
 def person_command(command: str) -> str | None:
     """The ``devs`` subcommand in ``command`` that only a person may run, if
-    any (``devs --db s.sqlite resume T`` -> ``resume``). Linear in the
-    command's length: one pass over its words."""
+    any (``devs --db s.sqlite resume T`` -> ``resume``); ``"(unknown)"`` when
+    a substitution or a feeder (``xargs devs``) chooses it, which cannot be
+    read before it runs. One pass over the command's words."""
     expecting = False  # after a devs program: its options, then the command
     skip_value = False
-    for match in _WORD.finditer(command):
-        word = match.group()
+    fed = False  # a feeder (xargs) came first in this command
+    for word in shell_words(command):
+        if word is None or word == "$(":
+            if expecting and word == "$(":
+                return "(unknown)"
+            expecting = skip_value = fed = False
+            continue
         if _devs_program(word):
+            if fed:
+                return "(unknown)"
             expecting, skip_value = True, False
             continue
         if not expecting:
+            fed = fed or word.rsplit("/", 1)[-1] in _FEEDERS
             continue
         if skip_value:
             skip_value = False
@@ -231,17 +273,30 @@ def guarded_paths(store: str, state_dir: Path, sockets: Path | None) -> tuple[st
 def reaches_referee(seen: Seen, guarded: Sequence[str], cwd: str) -> str | None:
     """Why this tool call reaches for the referee, or ``None``."""
     if seen.command:
-        if (word := person_command(seen.command)) is not None:
+        if (word := person_command(seen.command)) == "(unknown)":
+            return (
+                "a `devs` command whose words are chosen as it runs (a "
+                "substitution, xargs) may answer for a person: a person runs it"
+            )
+        if word is not None:
             return (
                 f"`devs {word}` answers for a person or changes the referee: "
                 "a person runs it, not the agent"
             )
-        for path in guarded:
-            # A store's file by its name (``devs_state.sqlite-journal``); a
+        names = {os.path.basename(p) for p in guarded if not os.path.isdir(p)}
+        folders = [p for p in guarded if os.path.isdir(p)]
+        for word in shell_words(seen.command):
+            if not word or word == "$(":
+                continue
+            # A store's file by its name, as a word or a path's last part
+            # (``devs_state.sqlite-journal``, ``./devs_state.sqlite``); a
             # folder, whose name says little (``hooks``), by its whole path.
-            name = path if os.path.isdir(path) else os.path.basename(path)
-            if name and name in seen.command:
+            name = word.rstrip("/").rsplit("/", 1)[-1].split("=")[-1]
+            if name in names:
                 return f"the command names the referee's file {name}"
+            for folder in folders:
+                if folder in word:
+                    return f"the command names the referee's folder {folder}"
     for edited, _ in seen.edits:
         real = os.path.realpath(os.path.join(cwd, edited))
         for path in guarded:

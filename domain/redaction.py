@@ -41,12 +41,15 @@ rule's kind, reads back as it was written. ``PWD`` and ``OLDPWD`` set to a path
 tools read them: ``-p`` holds a password glued to it for mysql and mariadb only
 (``-P3306`` is a port), and glued or after a blank for sshpass and a registry
 or cloud ``login`` (``docker login``, ``az login``), never elsewhere (``ssh -p
-22``, ``pytest -p no:cacheprovider``); ``-u user:password`` and ``--user
-user:password`` are curl's (two numbers are a uid:gid); a single-dash flag
-(``-password x``, ``-storepass x``, ``-token x``) takes its value after a
-blank. The words read between a command and its ``-p`` are bounded (at most 12:
-rule 2). Signed URLs lose their signature (``sig=``, ``signature=``,
-``X-Amz-Signature=``).
+22``, ``pytest -p no:cacheprovider``); ``-u user:password``, ``--user
+user:password`` and ``--proxy-user`` are read after curl only (``docker run -u
+root:root``, ``sort -u input:1``, ``python -u app.py:12:`` are kept); a
+single-dash flag (``-password x``, ``-storepass x``, ``-token x``) takes its
+value after a blank. The words read between a command and its ``-p`` (or
+curl's ``-u``) are bounded (at most 12: rule 2). Signed URLs lose their
+signature (``sig=``, ``signature=``, ``X-Amz-Signature=``) when the value looks
+like one: 16 characters or more of base64, hex or percent-encoding (not
+``sig=None``, ``sig=0``, ``sig=='x'``).
 
 docs/security.md lists every kind of secret recognised, with an example of
 each; tests/unit/test_redaction.py and tests/integration/test_secrets_corpus.py
@@ -91,15 +94,27 @@ _VALUE = (
     + re.escape(REDACTED.lower())
     + r"|\"[^\"\r\n]*+\"?|'[^'\r\n]*+'?|[^\s,;&'\"]++)"
 )
+# A character of a signature (lower-cased): base64, base64url, CloudFront's
+# "~", percent-encoding.
+_SIGNATURE = r"[a-z0-9+/=%_~\-]"
 # A value on a command line (``-pS3cret``, ``-p 'S3 cret'``): to the next
 # blank or shell operator, quoted parts whole; punctuation only is no value.
+# A value already redacted is taken alone, as in _VALUE: what a key block's
+# redaction left glued to it ("-p[REDACTED]-----END") is not read again.
 _ARG = (
     r"(?![^\w\s'\"]{0,64}+(?![^\s;&|<>]))"
-    r"(?P<secret>(?:\"[^\"\r\n]*+\"?|'[^'\r\n]*+'?|[^\s;&|<>'\"]++)++)"
+    r"(?P<secret>"
+    + re.escape(REDACTED)
+    + r"|(?:\"[^\"\r\n]*+\"?|'[^'\r\n]*+'?|[^\s;&|<>'\"]++)++)"
 )
 # The arguments of a command before its ``-p`` (at most 12, each at most 256
 # characters, so a failed try is bounded): ``mysql -h db -u root -pS3cret``.
 _BEFORE_P = r"(?:[ \t]{1,10}+(?!-p)[^\s;&|<>]{1,256}+){0,12}+[ \t]{1,10}+-p"
+# The same before curl's -u, --user or --proxy-user (not --user-agent).
+_BEFORE_U = (
+    r"(?:[ \t]{1,10}+(?!-u[ \t]|--(?:proxy-)?user[= \t])[^\s;&|<>]{1,256}+){0,12}+"
+    r"[ \t]{1,10}+"
+)
 # Words that name a key (``api_key``, ``AWS_SECRET_ACCESS_KEY``) when they
 # stand right before ``key``.
 _KEY_WORDS = (
@@ -230,15 +245,18 @@ RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "user:password after -u or --user (curl)",
-        # Two numbers are a uid:gid (docker run -u 1000:1000); a password may
-        # not start with "/" (rsync -u host:/path) nor be punctuation only.
-        # "-u" opens every form (--user, --proxy-user): a literal, where "-"
-        # alone is everywhere.
-        r"-u(?:(?<![\w\-]-u)[ \t]{1,10}+|ser(?:" + _single_dash("-user") + "|"
-        r"" + _single_dash("-proxy-user") + r")(?:=|[ \t]{1,10}+))"
-        r"(?P<quote>['\"])?(?!\d{1,10}+:\d{1,10}+(?![^\s'\"]))"
+        # curl's own: "-u" of docker run, sort, git diff or python is not read
+        # (docker run -u root:root, sort -u input:1). A password may not start
+        # with "/" nor be punctuation only. Lowered text: "-u" stands for
+        # "-U" too, curl's --proxy-user.
+        "curl"
+        + _as_command("curl")
+        + _BEFORE_U
+        + r"(?:-u[ \t]{1,10}+|--(?:proxy-)?user(?:=|[ \t]{1,10}+))"
+        r"(?P<quote>['\"])?"
         r"[^\s:@/'\"]{1,128}+:(?!/)(?![^\w\s'\"]{0,64}+(?![^\s'\"]))"
-        r"(?P<secret>(?(quote)[^'\"\r\n]++|[^\s'\"]++))",
+        r"(?P<secret>" + re.escape(REDACTED.lower()) + r"|"
+        r"(?(quote)[^'\"\r\n]++|[^\s'\"]++))",
         lowered=True,
     ),
     _rule(
@@ -325,9 +343,14 @@ RULES: tuple[Rule, ...] = (
         "signed-URL signature (sig=, signature=, X-Amz-Signature=)",
         # Query parameters of signed URLs (Azure SAS, S3, GCS, CloudFront,
         # OAuth 1): the signature is what grants access. Not "sign=" nor
-        # "signature = f(x)" in code; "signature": in JSON.
+        # "signature = f(x)" in code; "signature": in JSON. The value must
+        # look like one: at least 16 characters of base64, base64url, hex or
+        # percent-encoding, not punctuation only (checked on those 16: rule
+        # 2), so "sig=None", "sig=0" and "sig=='x'" are code, not secrets.
         r"sig" + _after("sig") + r"(?:nature)?"
-        r"(?:=|(?<=signature)[\"'][ \t]{0,10}+:[ \t]{0,10}+)" + _VALUE,
+        r"(?:=(?!=)|(?<=signature)[\"'][ \t]{0,10}+:[ \t]{0,10}+)"
+        r"(?=[\"']?" + _SIGNATURE + r"{16})(?=[\"']?[+/=%_~\-]{0,15}+[a-z0-9])"
+        r"(?P<secret>\"[^\"\r\n]*+\"?|'[^'\r\n]*+'?|[^\s,;&'\"]++)",
         lowered=True,
     ),
     _rule(
@@ -416,8 +439,8 @@ def _lowered(text: str) -> str:
 # costs about 20 us even on an empty string. tests/unit/test_redaction.py
 # checks that no rule can match where this finds nothing.
 _STARTS = re.compile(
-    r"-[-u]|://|a(?:uthorization|kia|sia|gpa|ida|roa|ipa|npa|nva|bia|cca|iza)"
-    r"|b(?:earer|asic)|c(?:ookie|redential)"
+    r"--|://|a(?:uthorization|kia|sia|gpa|ida|roa|ipa|npa|nva|bia|cca|iza)"
+    r"|b(?:earer|asic)|c(?:ookie|redential|url)"
     r"|x(?:-a(?:pi-key|uth-token|mz-security-token)|ox|app-)"
     r"|hooks\.slack\.com|hf_|d(?:iscord|evs_op_)|p(?:ass|wd)"
     r"|s(?:e(?:cret|ssion)|k[_\-]|ig)|m(?:ysql|ariadb)|login"

@@ -123,9 +123,13 @@ def _pw(n: int) -> str:
     return "S3" + f"cret{n:02d}q"
 
 
-# Signatures of signed URLs, shaped like the real thing (hex, base64).
+# Signatures of signed URLs, shaped like the real thing (hex, percent-encoded
+# base64, CloudFront's base64 with "-", "_", "~", plain base64 in JSON): at
+# least 16 characters, as a signature is (sig=None is no signature).
 _HEX = "9f3c" + "2b7e" * 15
 _B64 = "q1Zx%2Bk9LmN" + "0pQrStUv%3D"
+_CLOUDFRONT = "Nql641NHEUkU" + "aXQH~ZINK1FZ-SYeU_"
+_BASE64 = "q1Zx+k9LmN/" + "0pQrStUv="
 _R = REDACTED
 
 # Credentials in the common forms of command lines and signed URLs (issue "The
@@ -206,19 +210,23 @@ _FORMS: list[tuple[str, str, str]] = [
         f"&Signature={_R}",
     ),
     (
-        f"https://d1.cloudfront.net/v.mp4?Expires=1700000000&Signature={_pw(26)}"
-        "&Key-Pair-Id=K2JCJMDEHXQW5F",
-        _pw(26),
+        "https://d1.cloudfront.net/v.mp4?Expires=1700000000"
+        f"&Signature={_CLOUDFRONT}{_pw(26)}&Key-Pair-Id=K2JCJMDEHXQW5F",
+        _CLOUDFRONT + _pw(26),
         "",
     ),
     (f"redirect https://app.example.com/cb?token={_pw(27)}&page=2", _pw(27), ""),
     (
         "oauth_consumer_key=dpf43f3p2l4k3l03&oauth_signature_method=HMAC-SHA1"
-        f"&oauth_signature={_pw(28)}&oauth_nonce=kllo9940pd9333jh",
-        _pw(28),
+        f"&oauth_signature={_pw(28)}{_B64}&oauth_nonce=kllo9940pd9333jh",
+        _pw(28) + _B64,
         "",
     ),
-    (f'{{"url": "https://x.example/f", "signature": "{_pw(29)}"}}', _pw(29), ""),
+    (
+        f'{{"url": "https://x.example/f", "signature": "{_BASE64}{_pw(29)}"}}',
+        _BASE64 + _pw(29),
+        "",
+    ),
 ]
 CREDENTIAL_FORMS: list[tuple[str, str, str]] = [
     (text, secret, kept or text.replace(f'"{secret}"', _R).replace(secret, _R))
@@ -239,14 +247,27 @@ NOT_CREDENTIALS: list[str] = [
     "mysql -h db -P 3306 -u root -p shop",  # -p and a blank: mysql prompts
     "mysql -P3306 -h db -u root",
     "curl -u admin https://api.example.com/v1",  # no password: curl prompts
+    "curl --user-agent ua:1.0 https://api.example.com/v1",
     "curl -sS https://api.example.com/v1/items?page=2&per_page=50",
     "docker run --rm -u 1000:1000 -v /src:/src python:3.11",
+    # -u user:group and -u of other tools: only curl's -u holds a password.
+    "docker run --rm -u root:root alpine id",
+    "docker run -u www-data:www-data nginx",
+    "docker run --user postgres:postgres postgres:16",
+    "git diff -u a:b",
+    "sort -u input:1",
+    "python -u app.py:12: DeprecationWarning",
     "docker login -u bob registry.example.com",
     "sshpass -f ~/.sshpass ssh -p 22 deploy@example.com",
     "rsync -u deploy@example.com:/srv/app ./app",
     "git push -u origin main",
     "gcc -I/usr/include/mysql -pthread -c _mysql.c -o _mysql.o",
     "sign=1 design=flat signal=15 signed=true",
+    # sig= and signature= in code: no value shaped like a signature.
+    "sig=None",
+    "sig=0",
+    "assert sig=='x'",
+    "signature=None signature=0 sig=inspect.signature(fn)",
     "signature = hmac.new(secret_bytes, body, sha256).hexdigest()",
     "PWD=/home/user/project OLDPWD=/home/user SHLVL=1",
     "PWD: /home/user/project",
@@ -293,9 +314,11 @@ HOSTILE_COMMANDS_HARMLESS: list[str] = [
     "mysql " + "a" * 250 + " ",
     "docker login ",
     "sshpass -v ",
-    "-u a ",
-    "-u 1:1 ",
+    "curl -u a ",
+    "curl " + "a" * 250 + " ",
+    "docker run -u root:root ",
     "sign=",
+    "sig=None ",
     "ssh -p 22 ",
     "-p ",
     "PWD=/",
@@ -360,8 +383,8 @@ HOSTILE_MORE: list[str] = [
 # linear on these and on HOSTILE_COMMANDS_HARMLESS.
 HOSTILE_COMMANDS: list[str] = [
     "mysql -p",
-    "-u a:",
-    "--user a:",
+    "curl -u a:",
+    "curl --user a:",
     "sig=",
     "docker login -p ",
     "sshpass -p ",

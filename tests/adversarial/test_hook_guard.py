@@ -84,6 +84,19 @@ def repo(tmp_path: Path) -> Path:
         "sqlite3 devs_state.sqlite 'DELETE FROM stored_events'",
         "cp /tmp/forged devs_state.sqlite-journal",
         "devs hooks uninstall claude-code",
+        # the shell's own ways of spelling a word
+        "d\\evs resume T --actor alice",
+        "de''vs resume T --actor alice",
+        "devs 'res''ume' T --actor alice",
+        "devs re\\sume T --actor alice",
+        '"devs" resume T',
+        "env DEVS_DB=x /usr/bin/env devs resume T",
+        "exec devs.exe resume T",
+        "devs --db=devs_state.sqlite status",
+        # words chosen as it runs
+        "echo resume T | xargs devs",
+        "devs $(echo resume) T --actor alice",
+        "devs `echo resume` T",
     ],
 )
 def test_the_agent_cannot_run_a_persons_command_nor_touch_the_store(
@@ -123,22 +136,32 @@ def test_an_edit_of_the_store_is_refused_before_it_is_made(
         "ssh -p 22 host devs",
         "echo resume devs",
         "ls .git/hooks",
+        "grep -r 'devs resume' docs",
+        'git commit -m "fix the devs resume message"',
+        "git log -- hooks",
+        "echo $(devs status)",
+        "devs task show $(git rev-parse --abbrev-ref HEAD)",
     ],
 )
 def test_ordinary_commands_go_through(repo: Path, tmp_path: Path, command: str) -> None:
     assert denied(hook(repo, tmp_path, bash(command))) is None
 
 
-def test_the_guard_reads_hostile_commands_in_linear_time() -> None:
-    """A megabyte of ``devs -`` words costs ten times a tenth of it, not a
-    hundred (one pass over the words)."""
+@pytest.mark.parametrize(
+    "unit",
+    ["devs -x ", "'a'\"b\"\\c ", '"\\x', "'", "devs $(", "xargs ", "d'e'v's' "],
+)
+def test_the_guard_reads_hostile_commands_in_linear_time(unit: str) -> None:
+    """A megabyte of hostile words costs about ten times a tenth of it, not a
+    hundred (one pass over the words; every piece of the tokenizer is
+    possessive)."""
 
     def cost(size: int) -> float:
-        command = "devs -x " * (size // 8)
+        command = unit * (size // len(unit))
         seen = Seen(kind="pre_tool", name="PreToolUse", command=command)
         start = time.perf_counter()
         for _ in range(3):
-            assert person_command(command) is None
+            person_command(command)
             reaches_referee(seen, ("/s/devs_state.sqlite",), "/")
         return time.perf_counter() - start
 

@@ -23,7 +23,8 @@ ESCALATED = 3
 
 @pytest.fixture
 def devs(tmp_path: Path) -> Devs:
-    return Devs(tmp_path / "state.sqlite", tmp_path)
+    (tmp_path / "store").mkdir()  # apart from the gates' folder
+    return Devs(tmp_path / "store" / "state.sqlite", tmp_path)
 
 
 def _loop(devs: Devs) -> None:
