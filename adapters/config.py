@@ -11,7 +11,7 @@ URL and no file; this module does.
   ``DEVS_API_TOKEN``, ``DEVS_WORKER_NICENESS``, ``DEVS_STORE_TIMEOUT``,
   ``DEVS_ACCESS_LOG`` and the HTTP service's bounds (``DEVS_ALLOWED_HOSTS``,
   ``DEVS_MAX_BODY_BYTES``, ``DEVS_MAX_HEADER_BYTES``, ``DEVS_HEADER_TIMEOUT``,
-  ``DEVS_MAX_CONNECTIONS``) from the environment (or
+  ``DEVS_BODY_TIMEOUT``, ``DEVS_MAX_CONNECTIONS``) from the environment (or
   from a mapping, :meth:`Settings.from_environ`), each validated once: a bad
   value is ``InvalidInput`` naming the variable, never its secret.
 - :func:`open_service` opens a service from settings (default: the
@@ -93,6 +93,9 @@ HEADER_BYTES_RANGE = (1024, 1024 * 1024)
 HEADER_TIMEOUT_ENV = "DEVS_HEADER_TIMEOUT"
 DEFAULT_HEADER_TIMEOUT = 10.0
 MAX_HEADER_TIMEOUT = 300.0
+BODY_TIMEOUT_ENV = "DEVS_BODY_TIMEOUT"
+DEFAULT_BODY_TIMEOUT = 30.0
+MAX_BODY_TIMEOUT = 300.0
 MAX_CONNECTIONS_ENV = "DEVS_MAX_CONNECTIONS"
 DEFAULT_MAX_CONNECTIONS = 1000
 CONNECTIONS_RANGE = (16, 1_000_000)
@@ -184,6 +187,10 @@ class Settings(EnvironSettings):
     """``DEVS_HEADER_TIMEOUT``: how long a connection has, from its opening
     or its request's first byte, to send the request line and headers, in
     seconds in (0, 300]; then it is closed (408)."""
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    """``DEVS_BODY_TIMEOUT``: how long a request's body has, from the end of
+    its headers, to arrive whole, in seconds in (0, 300], a second more for
+    each 16 KiB of it received; then the connection is closed (408)."""
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     """``DEVS_MAX_CONNECTIONS``: open connections per worker of ``devs
     serve``; past it, the oldest idle connection is closed for the new one."""
@@ -387,6 +394,23 @@ class Settings(EnvironSettings):
             msg = (
                 f"{HEADER_TIMEOUT_ENV} must be a number of seconds in "
                 f"(0, {MAX_HEADER_TIMEOUT:g}], got {_shown(value)}"
+            )
+            raise ValueError(msg)
+        return wait
+
+    @field_validator("body_timeout", mode="before")
+    @classmethod
+    def _body_timeout(cls, value: Any) -> Any:
+        if value is None or value == "":
+            return DEFAULT_BODY_TIMEOUT
+        try:
+            wait = float(value)
+        except (TypeError, ValueError):
+            wait = -1.0
+        if not 0 < wait <= MAX_BODY_TIMEOUT:  # NaN too
+            msg = (
+                f"{BODY_TIMEOUT_ENV} must be a number of seconds in "
+                f"(0, {MAX_BODY_TIMEOUT:g}], got {_shown(value)}"
             )
             raise ValueError(msg)
         return wait

@@ -51,6 +51,7 @@ from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -532,6 +533,9 @@ class FrontDoor:
     """What every request meets first, before its token is looked at (a
     plain ASGI middleware, outside :class:`Callers`):
 
+    - more than one ``Host`` header is a 400 ``duplicate_header`` (this
+      check would read one of them, the app and the console's own origin
+      check another);
     - a ``Host`` this server does not answer to (:class:`HostCheck`) is a 421
       ``misdirected_request``, naming ``DEVS_ALLOWED_HOSTS``;
     - a body over ``max_body`` bytes is a 413 ``too_large``: by its
@@ -544,12 +548,14 @@ class FrontDoor:
     - every answer carries ``X-Content-Type-Options: nosniff``,
       ``X-Frame-Options: DENY`` and a Content-Security-Policy (the
       documentation's pages one their scripts work with), unless it sets its
-      own; an answer sent before the request's body was read closes the
-      connection (the rest of the body is not read).
+      own (the 500 Starlette answers outside this middleware, to an
+      unexpected exception, sets them itself: :func:`_internal_error`); an
+      answer sent before the request's body was read closes the connection
+      (the rest of the body is not read).
 
-    The request line's and headers' size and time, and the connections per
-    worker, are bounded before this, by ``devs serve``'s protocol
-    (:mod:`devs.adapters.serving`)."""
+    The request line's and headers' size and time, the body's time, and the
+    connections per worker, are bounded before this, by ``devs serve``'s
+    protocol (:mod:`devs.adapters.serving`)."""
 
     def __init__(
         self, app: ASGIApp, hosts: HostCheck | None, max_body: int | None
@@ -563,11 +569,13 @@ class FrontDoor:
             await self.app(scope, receive, send)
             return
         host = origin = fetch_site = None
+        hosts_sent = 0
         length: int | None = None
         chunked = False
         for name, value in scope["headers"]:
             if name == b"host":
-                host = value
+                host = host or value
+                hosts_sent += 1
             elif name == b"origin":
                 origin = value
             elif name == b"sec-fetch-site":
@@ -579,6 +587,16 @@ class FrontDoor:
         path: str = scope["path"]
         body = _Body(declared=chunked or bool(length))
         send = _answering(send, path, body)
+        if hosts_sent > 1:
+            answer = error_response(
+                400,
+                "duplicate_header",
+                f"the request has {hosts_sent} Host headers; HTTP/1.1 allows "
+                "one (RFC 9112, section 3.2): refused, nothing was done",
+                "Host",
+            )
+            await answer(scope, receive, send)
+            return
         hosts = self.hosts
         if hosts is not None and not hosts.admits(host, scope.get("server")):
             shown = (host or b"").decode("latin-1")[:100]
@@ -1809,6 +1827,8 @@ def create_app(
     app.add_exception_handler(DevsError, _devs_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _bad_request)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(ClientDisconnect, _client_gone)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _internal_error)
     for router in ROUTERS:
         app.include_router(router)
     app.router.routes.append(Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]))
@@ -2002,6 +2022,30 @@ def _json_kind(value: object) -> str:
     if isinstance(value, list):
         return "an array"
     return type(value).__name__
+
+
+async def _client_gone(_: Request, error: ClientDisconnect) -> Response:
+    """The client went before its body was read whole (it closed, or
+    ``devs serve`` cut it off: ``DEVS_BODY_TIMEOUT``): no one to answer, and
+    no traceback in the log for it."""
+    return Response(status_code=400)
+
+
+async def _internal_error(_: Request, error: Exception) -> Response:
+    """An unexpected exception: a 500 in the API's error shape (uvicorn
+    logs the traceback). Starlette answers it from its outermost middleware,
+    outside :class:`FrontDoor`: the security headers are set here."""
+    answer = error_response(
+        500,
+        "internal_error",
+        "the server failed on an unexpected error (its log has the details); "
+        "a command may or may not have been recorded: look before sending it "
+        "again, or send it again with the same Idempotency-Key",
+    )
+    for name, value in SECURITY_HEADERS:
+        answer.headers[name.decode()] = value.decode()
+    answer.headers["content-security-policy"] = API_CSP.decode()
+    return answer
 
 
 async def _http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:

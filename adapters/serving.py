@@ -50,10 +50,13 @@ uvicorn's httptools protocol) bounds what a client may hold without a token:
 the request line and headers (``DEVS_MAX_HEADER_BYTES``: larger is a 431,
 and httptools, which has no bound of its own, buffers no more), the time to
 send them (``DEVS_HEADER_TIMEOUT``: a connection idle or trickling its
-headers that long is closed, a 408 if it sent anything), and the open
-connections (``DEVS_MAX_CONNECTIONS``: past it, the connection idle the
-longest is closed to make room, so ``/healthz`` is answered under a
-slowloris). The app bounds the body and checks ``Host``
+headers that long is closed, a 408 if it sent anything), the time to send a
+body (``DEVS_BODY_TIMEOUT``, a second more per :data:`BODY_RATE` bytes
+received: then a 408, on every route, before the token is checked or
+after), and the open connections (``DEVS_MAX_CONNECTIONS``: past it, the
+connection idle the longest is closed to make room, else the one whose body
+came last the longest ago, so ``/healthz`` is answered under a slowloris,
+of heads or of bodies). The app bounds the body's size and checks ``Host``
 (:class:`devs.adapters.http.FrontDoor`).
 """
 
@@ -86,6 +89,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from devs.adapters.config import (
+    BODY_TIMEOUT_ENV,
     DEFAULT_NICENESS,
     EXTERNAL,
     HEADER_TIMEOUT_ENV,
@@ -126,6 +130,19 @@ FD_RESERVE = 128
 database's, the log's, the notifier's sockets."""
 LOGGED_SAFE = "/?&=:;,+@!$'()*[]~"
 """What a redacted request target keeps unescaped in the access log."""
+BODY_RATE = 16 * 1024
+"""Bytes of a request's body that earn it one more second beyond
+``DEVS_BODY_TIMEOUT`` (128 kbit/s): a large body sent at least this fast is
+never cut off, one trickled slower is (Apache's ``mod_reqtimeout``
+``MinRate``)."""
+SECURITY_HEADERS = (
+    b"x-content-type-options: nosniff\r\n"
+    b"x-frame-options: DENY\r\n"
+    b"content-security-policy: default-src 'none'; frame-ancestors 'none'; "
+    b"base-uri 'none'\r\n"
+)
+"""What every answer the protocol writes itself carries, as the app's do
+(:data:`devs.adapters.http.API_CSP`)."""
 
 
 def parent_death_signal(signum: int) -> bool:
@@ -290,6 +307,7 @@ class Bounds:
 
     header_bytes: int
     header_timeout: float
+    body_timeout: float
     connections: int
     asked: int
     """``DEVS_MAX_CONNECTIONS``; :attr:`connections` is lower when the open
@@ -327,6 +345,7 @@ def worker_bounds() -> Bounds:
     return Bounds(
         header_bytes=settings.max_header_bytes,
         header_timeout=settings.header_timeout,
+        body_timeout=settings.body_timeout,
         connections=max(1, min(asked, fits)),
         asked=asked,
         open_files=files,
@@ -343,7 +362,7 @@ def raw_refusal(status: int, reason: bytes, kind: str, detail: str) -> bytes:
             b"HTTP/1.1 %d %s\r\n" % (status, reason),
             b"content-type: application/json\r\n",
             b"content-length: %d\r\n" % len(body),
-            b"x-content-type-options: nosniff\r\n",
+            SECURITY_HEADERS,
             b"connection: close\r\n\r\n",
             body,
         )
@@ -356,6 +375,12 @@ _IDLE: weakref.WeakKeyDictionary[ServerState, dict[Guarded, None]] = (
 """Per server, its connections that are not in a request (opened and
 silent, sending their headers, or kept alive between requests), the one idle
 the longest first."""
+_WAITING: weakref.WeakKeyDictionary[ServerState, dict[Guarded, None]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per server, its connections in a request whose body the client still
+owes (the app may be waiting for it), the one whose body came last the
+longest ago first."""
 
 
 class Guarded(HttpToolsProtocol):
@@ -371,10 +396,19 @@ class Guarded(HttpToolsProtocol):
       headers; then the connection is closed (a 408 if it sent anything);
       uvicorn's own keep-alive timeout closes a connection silent between
       requests;
+    - the body's time, on every route: ``DEVS_BODY_TIMEOUT`` seconds from
+      the end of the headers, a second more per :data:`BODY_RATE` bytes of
+      it received, for the whole body to come; then a 408 (or, the answer
+      begun, nothing) and the connection closed, and the app reads that the
+      client is gone. The time the app leaves a body unread (the protocol
+      then stops reading, and the client cannot send) is not counted; nor
+      a pipelined request's before its turn;
     - the connections: past ``DEVS_MAX_CONNECTIONS`` open ones, a new
-      connection closes the one idle the longest (none idle: the new one is
-      a 503), so a client that holds idle connections cannot keep out one
-      that asks for something."""
+      connection closes the one idle the longest; none idle, the one in a
+      request whose body came last the longest ago (a 503 to it); neither:
+      the new one is a 503. A client that holds idle connections, or
+      requests whose bodies it never sends, cannot keep out one that asks
+      for something."""
 
     def __init__(
         self,
@@ -386,12 +420,18 @@ class Guarded(HttpToolsProtocol):
         super().__init__(config, server_state, app_state, _loop)
         self.bounds = worker_bounds()
         self.idle = _IDLE.setdefault(server_state, {})
+        self.waiting = _WAITING.setdefault(server_state, {})
         self.in_head = False
         """A request's head began (its first byte came) and has not ended."""
         self.began_here = False
         self.heads = 0
         self.head_bytes = 0
         self.head_timer: asyncio.TimerHandle | None = None
+        self.body_pending = False
+        """The latest request's headers ended and its body has not."""
+        self.body_since = 0.0
+        self.body_bytes = 0
+        self.body_timer: asyncio.TimerHandle | None = None
 
     # the connections
 
@@ -401,7 +441,18 @@ class Guarded(HttpToolsProtocol):
         super().connection_made(transport)
         if len(self.connections) > self.bounds.connections:
             oldest = next(iter(self.idle), None)
-            if oldest is None:
+            slowest = next(iter(self.waiting), None)
+            if oldest is not None:
+                oldest.drop()
+            elif slowest is not None:
+                detail = (
+                    f"this worker needed room for a new connection "
+                    f"({MAX_CONNECTIONS_ENV}={self.bounds.connections:,}): "
+                    "this request's body came last the longest ago of all; "
+                    "send it again"
+                )
+                slowest.cut(503, b"Service Unavailable", "too_many_connections", detail)
+            else:
                 detail = (
                     f"this worker has {len(self.connections) - 1:,} connections "
                     f"open, all in a request ({MAX_CONNECTIONS_ENV}="
@@ -409,26 +460,65 @@ class Guarded(HttpToolsProtocol):
                 )
                 self.refuse(503, b"Service Unavailable", "too_many_connections", detail)
                 return
-            oldest.drop()
         self.idle[self] = None
         self.arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.idle.pop(self, None)
         self.cancel_head_timer()
+        self.cancel_body_timer()
         super().connection_lost(exc)
 
     def drop(self) -> None:
         """Close this idle connection, to make room for a new one."""
         self.idle.pop(self, None)
         self.cancel_head_timer()
+        self.cancel_body_timer()
         if not self.transport.is_closing():
             self.transport.close()
+
+    def cut(self, status: int, reason: bytes, kind: str, detail: str) -> None:
+        """End this connection inside a request whose body has not all
+        come: ``status`` if nothing was answered yet, then closed; the app,
+        reading on, reads that the client is gone (and anything it sends
+        then is dropped)."""
+        self.idle.pop(self, None)
+        self.cancel_head_timer()
+        self.cancel_body_timer()
+        self.body_pending = False
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        answered = cycle is not None and cycle.response_started
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()
+        if not answered:
+            self.transport.write(raw_refusal(status, reason, kind, detail))
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to what does not parse as HTTP, with the
+        security headers every answer carries."""
+        content = msg.encode("ascii")
+        lines = [b"HTTP/1.1 400 Bad Request\r\n"]
+        for name, value in self.server_state.default_headers:
+            lines.append(b"%s: %s\r\n" % (name, value))
+        lines += (
+            b"content-type: text/plain; charset=utf-8\r\n",
+            b"content-length: %d\r\n" % len(content),
+            SECURITY_HEADERS,
+            b"connection: close\r\n\r\n",
+            content,
+        )
+        self.transport.write(b"".join(lines))
+        self.transport.close()
 
     def refuse(self, status: int, reason: bytes, kind: str, detail: str) -> None:
         """Answer ``status`` and close: nothing more is read."""
         self.idle.pop(self, None)
         self.cancel_head_timer()
+        self.cancel_body_timer()
         if self.transport.is_closing():
             return
         self.transport.write(raw_refusal(status, reason, kind, detail))
@@ -440,7 +530,11 @@ class Guarded(HttpToolsProtocol):
         self.began_here = False
         fresh = self.heads == 0 and not self.in_head
         super().data_received(data)
-        if not self.in_head or self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self.body_pending and self.body_timer is None and not self.pipeline:
+            self.arm_body_timer()
+        if not self.in_head:
             return
         # Every byte of this chunk is the head's when the head began before
         # it, or it began this connection; a pipelined request's head that
@@ -473,14 +567,73 @@ class Guarded(HttpToolsProtocol):
         self.heads += 1
         self.idle.pop(self, None)
         self.cancel_head_timer()
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not before:  # a request (not an upgrade): its body next
+            self.body_pending = True
+            self.body_bytes = 0
 
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)
         super().on_response_complete()
-        if not pipelined and not self.in_head and not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if not pipelined and not self.in_head:
             self.idle.pop(self, None)
             self.idle[self] = None  # idle since now: the last to make room
+        # A pipelined request's turn came: its body's time begins.
+        if self.body_pending and self.body_timer is None and not self.pipeline:
+            self.arm_body_timer()
+
+    # the body's time
+
+    def on_body(self, body: bytes) -> None:
+        self.body_bytes += len(body)
+        if self.body_timer is not None:  # it came now: the last to be cut
+            self.waiting.pop(self, None)
+            self.waiting[self] = None
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self.body_pending = False
+        self.cancel_body_timer()
+        super().on_message_complete()
+
+    def arm_body_timer(self, wait: float | None = None) -> None:
+        """Begin the body's time now (``wait``: look again that late)."""
+        self.cancel_body_timer()
+        if wait is None:
+            self.body_since = self.loop.time()
+            wait = self.bounds.body_timeout
+        self.body_timer = self.loop.call_later(wait, self.body_timed_out)
+        self.waiting.setdefault(self, None)
+
+    def cancel_body_timer(self) -> None:
+        self.waiting.pop(self, None)
+        if self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
+
+    def body_timed_out(self) -> None:
+        self.body_timer = None
+        if self.transport.is_closing() or not self.body_pending:
+            self.waiting.pop(self, None)
+            return
+        if self.flow.read_paused:  # the app has not taken what came: not late
+            self.arm_body_timer()
+            return
+        timeout = self.bounds.body_timeout
+        due = self.body_since + timeout + self.body_bytes / BODY_RATE
+        left = due - self.loop.time()
+        if left > 0:  # it kept coming: its time grew
+            self.arm_body_timer(left)
+            return
+        detail = (
+            f"the request body did not all come within {timeout:g} s "
+            f"({BODY_TIMEOUT_ENV}) and a second per {BODY_RATE:,} bytes of "
+            f"it received ({self.body_bytes:,}); nothing was done"
+        )
+        self.cut(408, b"Request Timeout", "request_timeout", detail)
 
     # the head's time
 

@@ -55,7 +55,7 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
     request is answered only when its Host is the address it arrived at, a
     loopback name or one of DEVS_ALLOWED_HOSTS (else 421); headers, bodies and
     connections are bounded before the token is checked (DEVS_MAX_*,
-    DEVS_HEADER_TIMEOUT; docs/http.md).
+    DEVS_HEADER_TIMEOUT, DEVS_BODY_TIMEOUT; docs/http.md).
 
     Each worker prints one line to stderr once it listens; with
     DEVS_ACCESS_LOG=1 each request is logged to stdout. Stop it with SIGTERM

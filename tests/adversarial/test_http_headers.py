@@ -7,9 +7,12 @@ repeats a secret from a query string (docs/http.md)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import os
 import re
 import shutil
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,3 +142,70 @@ def test_the_access_log_redacts_a_query_string(tmp_path: Path) -> None:
     assert logged.count("[REDACTED]") >= 3, logged
     assert '"GET /tasks/t1/blacklist?candidate=export%20GITHUB_TOKEN=' in logged
     assert '"POST /tasks HTTP/1.1" 201 -' in logged
+
+
+BROKEN_READINESS = """
+import devs.adapters.http
+
+
+async def _broken(self, timeout=0.0):
+    raise RuntimeError("a fault injected by the test")
+
+
+devs.adapters.http.Served.readiness = _broken
+"""
+"""A ``sitecustomize`` for the server's process: ``/readyz`` fails on an
+exception nothing expects (as a bug would)."""
+
+
+def test_an_unexpected_error_is_a_500_with_the_security_headers(
+    tmp_path: Path,
+) -> None:
+    """Starlette answers an unexpected exception from its outermost
+    middleware, outside the one that adds the security headers: before, that
+    500 was a bare ``text/plain`` "Internal Server Error" without
+    ``nosniff``, ``X-Frame-Options`` or a CSP."""
+    injected = tmp_path / "inject"
+    injected.mkdir()
+    (injected / "sitecustomize.py").write_text(BROKEN_READINESS)
+    path = os.pathsep.join(filter(None, [str(injected), os.environ.get("PYTHONPATH")]))
+    running = Server(tmp_path / "state.sqlite", env={"PYTHONPATH": path})
+    try:
+        answer = running.client.get("/readyz")
+    finally:
+        running.client.close()
+        running.process.terminate()
+        _, logged = running.process.communicate(timeout=30)
+    assert answer.status_code == 500, answer.text
+    assert answer.headers["x-content-type-options"] == "nosniff"
+    assert answer.headers["x-frame-options"] == "DENY"
+    assert "default-src 'none'" in answer.headers["content-security-policy"]
+    assert answer.json()["error"] == "internal_error"
+    assert "a fault injected by the test" not in answer.text  # only in the log
+    assert "a fault injected by the test" in logged
+
+
+@pytest.mark.parametrize(
+    ("sent", "status"),
+    [
+        (b"NOT HTTP AT ALL\r\n\r\n", 400),  # uvicorn's own answer
+        (b"GET /healthz HTTP/1.1\r\nX-Big: " + b"a" * (70 * 1024), 431),
+    ],
+)
+def test_the_protocols_own_answers_carry_the_security_headers(
+    server: Server, sent: bytes, status: int
+) -> None:
+    """Answers written before any app, by ``devs serve``'s protocol: before,
+    the 400 to what does not parse as HTTP had none of the headers, and a
+    431, 408 or 503 only ``nosniff``."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(sent)
+        got = b""
+        with contextlib.suppress(OSError):
+            while chunk := conn.recv(65536):
+                got += chunk
+    head = got.partition(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.1 %d " % status), got[:300]
+    assert b"\r\nx-content-type-options: nosniff\r\n" in head
+    assert b"\r\nx-frame-options: deny\r\n" in head
+    assert b"\r\ncontent-security-policy: default-src 'none'; frame-ancestors" in head

@@ -9,7 +9,9 @@ preflight): ``/webhooks/redeliver-failed`` sent every dead letter again
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,3 +149,29 @@ def test_this_origin_and_clients_that_are_not_browsers_are_answered(
         answer = tokenless.client.post(path, headers=headers)
         assert answer.status_code in (200, 404), (headers, answer.text)
         assert answer.json().get("error") != "cross_site"
+
+
+@pytest.mark.parametrize("first_ours", [True, False])
+def test_two_host_headers_are_a_400(tokenless: Server, first_ours: bool) -> None:
+    """Before, the Host check read the last ``Host`` and the app (and the
+    console's own origin check) the first: ``Host: attacker.example`` then
+    this server's address was answered as this server (a 200 with the
+    tasks); the other order was a 421. Now either order is a 400 naming the
+    header, before anything is read or done."""
+    ours, theirs = f"127.0.0.1:{tokenless.port}", f"{ATTACKER}:{tokenless.port}"
+    hosts = (ours, theirs) if first_ours else (theirs, ours)
+    head = (
+        f"GET /tasks HTTP/1.1\r\nHost: {hosts[0]}\r\nHost: {hosts[1]}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", tokenless.port), timeout=10) as conn:
+        conn.sendall(head.encode())
+        got = b""
+        while chunk := conn.recv(65536):
+            got += chunk
+    status_line, _, rest = got.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 400 "), got[:300]
+    error = json.loads(rest.partition(b"\r\n\r\n")[2])
+    assert (error["error"], error["field"]) == ("duplicate_header", "Host")
+    assert "2 Host headers" in error["detail"]
+    assert b"x-frame-options: DENY" in rest

@@ -293,6 +293,7 @@ def test_healthz_is_answered_under_a_slowloris(tmp_path: Path) -> None:
         ("DEVS_MAX_BODY_BYTES", "10", "DEVS_MAX_BODY_BYTES must be a number of bytes"),
         ("DEVS_MAX_HEADER_BYTES", "lots", "DEVS_MAX_HEADER_BYTES must be a number"),
         ("DEVS_HEADER_TIMEOUT", "0", "DEVS_HEADER_TIMEOUT must be a number of seconds"),
+        ("DEVS_BODY_TIMEOUT", "301", "DEVS_BODY_TIMEOUT must be a number of seconds"),
         ("DEVS_MAX_CONNECTIONS", "3", "DEVS_MAX_CONNECTIONS must be an integer"),
     ],
 )
