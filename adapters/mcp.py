@@ -22,6 +22,7 @@ import functools
 import inspect
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -247,6 +248,8 @@ def build_server(
         if settings_error is not None:
             raise settings_error
         where = _gate_folder(home, cwd)
+        # Named before it runs: a gate that ran is recorded.
+        gate = gate_name(command)
         # The task is checked and the result recorded as commands; the
         # command itself runs in a thread of its own, never holding the
         # writer (a 10-minute test suite would hold every other command).
@@ -264,6 +267,9 @@ def build_server(
                     store=store,
                     in_store_folder=in_store_folder,
                     settings=limits,
+                    # Checked again on the folder the gate runs in: another
+                    # gate may swap a folder of cwd's path for a symlink.
+                    within=home,
                 )
             )
         except IsolationUnavailable as error:
@@ -272,7 +278,6 @@ def build_server(
                 f"server's operator sets {ALLOW_UNSANDBOXED_ENV}=1"
             )
             raise IsolationUnavailable(msg) from None
-        gate = redact(" ".join(command)[:2_000])[:190]
         decision: GateDecision = await run(
             lambda: service().record_gate(
                 task_id,
@@ -342,7 +347,11 @@ def _gate_folder(home: Path, cwd: str | None) -> Path:
     if any(ord(c) < 32 or ord(c) == 127 for c in cwd):
         msg = "cwd holds a control character"
         raise InvalidInput(msg, field="cwd")
-    where = (home / cwd).resolve()  # an absolute cwd stays as it is
+    try:
+        where = (home / cwd).resolve()  # an absolute cwd stays as it is
+    except (OSError, RuntimeError) as error:  # changed while resolved, a loop
+        msg = f"cwd {cwd!r} cannot be resolved ({error})"
+        raise InvalidInput(msg, field="cwd") from None
     if where != home and home not in where.parents:
         msg = f"cwd {cwd!r} is not inside the server's working directory {str(home)!r}"
         raise InvalidInput(msg, field="cwd")
@@ -350,6 +359,19 @@ def _gate_folder(home: Path, cwd: str | None) -> Path:
         msg = f"cwd {cwd!r} is not a folder in {str(home)!r}"
         raise InvalidInput(msg, field="cwd")
     return where
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+GATE_NAME_MAX = 190
+
+
+def gate_name(command: list[str]) -> str:
+    """The name ``run_gate`` records a command's gate under: the command on
+    one line (control characters, a multi-line ``python -c`` script's
+    newlines, become a space), redacted and cut to 190 characters."""
+    line = _CONTROL.sub(" ", " ".join(command)[: GATE_NAME_MAX * 10])
+    name = redact(line)[:GATE_NAME_MAX].strip()
+    return name or "gate"
 
 
 OUTPUT_TAIL = 4_000

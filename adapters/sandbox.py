@@ -4,8 +4,10 @@ A gate command is code the agent wrote, so it runs isolated. Where bubblewrap
 (``bwrap``) can build a sandbox, the command runs inside one: no network unless
 asked for, the file system read-only except the working directory and a private
 ``/tmp``, the home directory (and ``/run``, where the host's sockets live)
-replaced by empty ones unless a path is exposed by name, a private ``/proc``,
-``/dev`` and process tree, no capabilities. Where it cannot, the runner falls
+replaced by empty ones unless a path is exposed by name, ``/var/tmp`` empty and
+read-only, a private ``/proc``, ``/dev`` and process tree, no capabilities.
+The working directory is opened once and that folder is what the command
+gets (``--bind-fd``), whatever is renamed meanwhile. Where it cannot, the runner falls
 back to the isolation below alone and says why (``GateRun.fallback``), or, when
 isolation is required, refuses to run (:class:`IsolationUnavailable`).
 
@@ -28,14 +30,17 @@ directory or apart from it, each folder between the working directory and it
 a mount point (a mount point cannot be renamed), and its files are hidden when
 the folder holds the working directory. A gate never runs in the store's
 folder itself unless asked (``in_store_folder``); then that folder is
-read-only. Bounds (:class:`GateSettings`): each private directory (``/tmp``,
-``/run``, ``/dev/shm``, the home directory) is a tmpfs of bounded size, and
-the processes a gate may run at once are bounded by a ``pids`` cgroup where
-one can be made, else by ``RLIMIT_NPROC`` (which Linux ignores for root).
+read-only. A store named through a symlink or ``..`` the gate could replace
+is refused; a PostgreSQL store's socket directories are empty. Bounds
+(:class:`GateSettings`): each private directory (``/tmp``, ``/run``,
+``/dev/shm``, the home directory) is a tmpfs of bounded size, and the
+processes a gate may run at once are bounded by a ``pids`` cgroup where one
+can be made, else by ``RLIMIT_NPROC`` (which Linux ignores for root).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import io
 import json
@@ -45,6 +50,7 @@ import re
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -52,11 +58,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Literal, cast
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from devs.domain.errors import DevsError, InvalidInput
-from devs.domain.redaction import error_hash, redact
+from devs.domain.redaction import error_hash, redact, secret_kind
 
 if TYPE_CHECKING:
     from devs.domain import RecoveryService
@@ -80,7 +87,7 @@ GATE_DEVS_VARIABLES = frozenset({"DEVS_TASK_ID"})
 
 _SECRET_NAME = re.compile(
     r"(?i)(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY"
-    r"|CREDENTIAL|AUTH|SESSION|COOKIE|SIGNATURE|WEBHOOK|^AWS_|^GH_|^GITHUB_"
+    r"|CREDENTIAL|AUTH|SESSION|COOKIE|SIGNATURE|WEBHOOK|[_-]PWD$|^AWS_|^GH_|^GITHUB_"
     r"|^OPENAI|^ANTHROPIC|^DEVS_|DATABASE_URL$|_DSN$|SMTP_URL$)"
 )
 # A value that carries a credential: a URL with a user (and password) in it,
@@ -93,6 +100,12 @@ _SECRET_VALUE = re.compile(
     r"|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/|webhook\.office\.com/"
     r"|api\.telegram\.org/bot|/webhooks?/"
 )
+# A piece of a URL that looks like a key: 16 or more characters of a token's
+# alphabet (hex, base64, base64url, percent-encoded), of at least two of
+# digits, lower- and upper-case letters (``3f9a0c...``, ``Zm9vYmFy...``;
+# not ``getting-started``, ``20240101``, nor ``v1.2.3``).
+_KEY_LIKE = re.compile(r"[A-Za-z0-9_+=~%-]{16,}")
+_URL_START = re.compile(r"(?i)[a-z][a-z0-9+.-]{0,30}://")
 
 ALLOW_UNSANDBOXED_ENV = "DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES"
 TMP_MB_ENV = "DEVS_GATE_TMP_MB"
@@ -181,20 +194,61 @@ def scrub_environment(
     the referee's own settings (``DEVS_*`` but :data:`GATE_DEVS_VARIABLES`), or
     its value holds a credential: a URL with a user or password, a key in its
     query (``?token=``, ``&sig=``, ...) or in its path (a Slack, Discord,
-    Teams or Telegram webhook, any ``/webhook/``). Names in ``pass_through``
-    are always kept.
+    Teams or Telegram webhook, any ``/webhook/``), a key-like piece of a URL
+    (:func:`_keyed_url`), or anything :func:`~devs.domain.redaction.redact`
+    would hide (a token by its shape: ``ghp_...``, ``hf_...``, ``sk-...``).
+    ``*_PWD`` names a password (``MYSQL_PWD``); ``PWD`` and ``OLDPWD`` are
+    working directories and stay. Names in ``pass_through`` are always kept.
     """
     keep = set(pass_through) | GATE_DEVS_VARIABLES
     clean: dict[str, str] = {}
     removed: list[str] = []
     for name, value in environ.items():
-        if name not in keep and (
-            _SECRET_NAME.search(name) or _SECRET_VALUE.search(value)
-        ):
+        if name not in keep and (_SECRET_NAME.search(name) or _secret_value(value)):
             removed.append(name)
         else:
             clean[name] = value
     return clean, sorted(removed)
+
+
+def _secret_value(value: str) -> bool:
+    """Whether an environment variable's value holds a credential."""
+    return bool(
+        _SECRET_VALUE.search(value)
+        or _keyed_url(value)
+        or secret_kind(value) is not None
+        or redact(value) != value
+    )
+
+
+def _key_like(piece: str) -> bool:
+    if not _KEY_LIKE.fullmatch(piece):
+        return False
+    kinds = (
+        any(c.isdigit() for c in piece),
+        any(c.islower() for c in piece),
+        any(c.isupper() for c in piece),
+    )
+    return sum(kinds) >= 2
+
+
+def _keyed_url(value: str) -> bool:
+    """Whether a URL in ``value`` carries a key-like path segment or query
+    value (``https://ci.example/notify/3f9a...``, ``?k=Zm9vYmFy...``): a
+    capability URL, whoever holds it may call it."""
+    if "://" not in value:
+        return False
+    for word in value.split():
+        found = _URL_START.search(word)
+        if found is None:
+            continue
+        rest = word[found.end() :].split("#", 1)[0]
+        path, _, query = rest.partition("?")
+        pieces = path.split("/")[1:]  # not the host
+        pieces += [pair.partition("=")[2] for pair in query.split("&")]
+        if any(_key_like(piece) for piece in pieces):
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -310,7 +364,29 @@ def _positive(name: str, value: float | None, maximum: float) -> None:
 #                 empty and private. A read-only bind does not stop connect()
 #                 on a unix socket, so /run (docker.sock, D-Bus, systemd) and
 #                 /tmp (X11, ssh-agent) are hidden, not just read-only.
-# --bind CWD CWD  the working directory stays writable.
+# /var/tmp       (--tmpfs, then --remount-ro) empty and read-only: other
+#                 servers keep sockets there too.
+# --bind-fd FD CWD, --ro-bind-fd FD PATH
+#                 every folder or file of the host mounted in the sandbox (the
+#                 writable working directory above all) comes from a
+#                 descriptor devs opened, one path component at a time with
+#                 O_NOFOLLOW, and checked (_open_path): bwrap --bind CWD CWD
+#                 would resolve CWD again, later, and another gate that can
+#                 write a folder on CWD's path could swap it (renameat2
+#                 RENAME_EXCHANGE) with a symlink to the store's folder in
+#                 between. bwrap 0.8.0 turns the descriptor back into its
+#                 current path, mounts that, then compares the mount with the
+#                 descriptor (st_dev, st_ino) and dies on a mismatch ("Race
+#                 condition binding dirfd") before the command runs: a swap in
+#                 that window is caught, not mounted. The destination is a
+#                 path resolved inside the sandbox being built: a folder on it
+#                 swapped for a symlink puts the mount elsewhere, which only
+#                 covers that place (with the checked folder, which holds no
+#                 store); / is read-only, so nothing else of the host becomes
+#                 writable, bwrap's check above compares the destination too,
+#                 and the store's own mounts (its sealed folder, the mount
+#                 points between) lie where no gate can rename anything: each
+#                 is a mount point in every gate that could write around it.
 # --chdir CWD, --json-status-fd FD
 #                 bwrap reports the sandboxed child's pid on FD once it has
 #                 started it: no report means the sandbox failed to start and
@@ -332,13 +408,16 @@ _BWRAP_BASE = (
     "/proc",
 )
 _PRIVATE_DIRS = ("/tmp", "/run")
+# Shared with other users too, but kept read-only as the rest of the file
+# system (a gate writing there got EROFS before, and still does): empty.
+_SEALED_DIRS = ("/var/tmp",)
 
 # Mount kinds, in the order bwrap applies them at one depth. _SEAL: an empty
 # tmpfs made read-only once everything above it is mounted (the store's
 # folder); _MASK: /dev/null, read-only, over a file (one of the store's).
 _HIDE, _EXPOSE, _WRITABLE, _PROTECT, _SEAL, _MASK = range(6)
-_OPTION = {_HIDE: "--tmpfs", _EXPOSE: "--ro-bind", _WRITABLE: "--bind"}
-_OPTION[_PROTECT] = "--ro-bind"
+_OPTION = {_HIDE: "--tmpfs", _EXPOSE: "--ro-bind-fd", _WRITABLE: "--bind-fd"}
+_OPTION[_PROTECT] = "--ro-bind-fd"
 _EMPTY = (_HIDE, _SEAL)
 _SEAL_BYTES = 65_536
 
@@ -355,14 +434,20 @@ class _Mount:
     def holds(self, path: str) -> bool:
         return path == self.path or path.startswith(self.path.rstrip("/") + "/")
 
-    def options(self, tmp_bytes: int) -> list[str]:
+    @property
+    def bound(self) -> bool:
+        """Whether bwrap mounts a folder or file of the host here (from an
+        opened file descriptor: :func:`_open_sources`)."""
+        return self.kind in (_EXPOSE, _WRITABLE, _PROTECT)
+
+    def options(self, tmp_bytes: int, source: int = -1) -> list[str]:
         if self.kind == _HIDE:
             return ["--size", str(tmp_bytes), "--tmpfs", self.path]
         if self.kind == _SEAL:
             return ["--size", str(_SEAL_BYTES), "--tmpfs", self.path]
         if self.kind == _MASK:
             return ["--ro-bind", "/dev/null", self.path]
-        return [_OPTION[self.kind], self.path, self.path]
+        return [_OPTION[self.kind], str(source), self.path]
 
 
 def _ordered(mounts: Iterable[_Mount]) -> list[_Mount]:
@@ -506,10 +591,52 @@ def _runtime_folder(env: Mapping[str, str]) -> set[str]:
 def _store_mounts(workdir: str, store: _Store) -> list[_Mount]:
     """What keeps the store's folder out of reach: see :func:`run_gate`."""
     folder = store.folder
+    if folder is None:
+        return []
     if folder == workdir:
         return [_Mount(_PROTECT, workdir)]  # in_store_folder: checked before
     if _Mount(_SEAL, folder).holds(workdir) or folder == "/":
         return []  # read-only already (its files are masked)
+    return _sealed(workdir, folder)
+
+
+def _socket_mounts(workdir: str, store: _Store, hidden: list[_Mount]) -> list[_Mount]:
+    """What keeps a PostgreSQL store's socket directories out of reach: each
+    an empty read-only directory, unless a private one hides it already."""
+    found: list[_Mount] = []
+    for folder in store.sockets:
+        if _Mount(_SEAL, folder).holds(workdir):
+            msg = (
+                f"the gate's working directory {workdir!r} lies in the "
+                f"referee's PostgreSQL socket directory {folder!r}, which a "
+                "gate must not reach: run the gate in another folder"
+            )
+            raise InvalidInput(msg, field="cwd")
+        cover = _cover(folder, hidden)
+        if cover is None or cover.kind not in _EMPTY:
+            found += _sealed(workdir, folder)
+    return found
+
+
+def _sealed_dirs(workdir: str, hidden: list[_Mount]) -> list[_Mount]:
+    """``/var/tmp`` (its real path) empty and read-only, unless it is the
+    working directory or hidden already (a symlink to ``/tmp``)."""
+    found: list[_Mount] = []
+    for folder in map(os.path.realpath, _SEALED_DIRS):
+        cover = _cover(folder, hidden)
+        if (
+            folder not in ("/", workdir)
+            and Path(folder).is_dir()
+            and (cover is None or cover.kind not in _EMPTY)
+        ):
+            found += _sealed(workdir, folder)
+    return found
+
+
+def _sealed(workdir: str, folder: str) -> list[_Mount]:
+    """``folder`` an empty read-only directory; each folder between the
+    working directory and it a mount point, when the working directory holds
+    it."""
     found = [_Mount(_SEAL, folder)]
     if _Mount(_WRITABLE, workdir).holds(folder):
         # Each folder between the working directory and the store's is a
@@ -535,8 +662,10 @@ def _mounts(
     base = [_Mount(_HIDE, d) for d in _PRIVATE_DIRS if Path(d).is_dir()]
     base += [_Mount(_HIDE, h) for h in homes]
     base.append(_Mount(_WRITABLE, workdir))
+    base += _sealed_dirs(workdir, _ordered(base))
     if store is not None:
         base += _store_mounts(workdir, store)
+        base += _socket_mounts(workdir, store, _ordered(base))
     mounts = _ordered(base)
 
     def hidden(path: str) -> bool:
@@ -626,10 +755,13 @@ def _check_visible(
     interpreter = _interpreter(program, workdir, env)
     if interpreter is not None:
         needed.append(interpreter)
+    shared = {os.path.realpath(d) for d in _SEALED_DIRS}
     for path in needed:
         for seen in (os.path.abspath(path), os.path.realpath(path)):
             cover = _cover(seen, mounts)
-            if cover is not None and cover.kind == _HIDE:
+            if cover is not None and (
+                cover.kind == _HIDE or (cover.kind == _SEAL and cover.path in shared)
+            ):
                 msg = (
                     f"command {command!r} needs {seen}, which the gate sandbox "
                     f"hides (it is under {cover.path}); expose it, or the "
@@ -645,16 +777,22 @@ def _bwrap_argv(
     workdir: str,
     network: bool,
     mounts: Sequence[_Mount],
+    sources: Sequence[int],
     status_fd: int,
     tmp_bytes: int,
 ) -> list[str]:
+    """``sources``: for each mount, the descriptor bwrap mounts (-1: none)."""
     return [
         program,
         *_BWRAP_BASE,
         # bwrap's /dev holds /dev/shm on an unbounded tmpfs: bound it too.
         *("--size", str(tmp_bytes), "--tmpfs", "/dev/shm"),
         *(["--share-net"] if network else []),
-        *(option for mount in mounts for option in mount.options(tmp_bytes)),
+        *(
+            option
+            for mount, source in zip(mounts, sources, strict=True)
+            for option in mount.options(tmp_bytes, source)
+        ),
         # Sealed once whatever is shown inside them is mounted.
         *(
             option
@@ -685,12 +823,25 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 STORE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 
 
+_POSTGRES_URL = re.compile(r"(?i)postgres(?:ql)?://")
+_PORT_AT_END = re.compile(r":[0-9]*$")
+
+
 @dataclass(frozen=True)
 class _Store:
-    """A SQLite store's folder and files, as real paths."""
+    """The referee's store as a gate must not reach it.
 
-    folder: str
+    A SQLite store: its folder and files as real paths, and ``configured``,
+    the path the referee opens it by, made absolute but not resolved (a
+    symlink on it is followed at each open). A PostgreSQL store (a
+    ``postgresql://`` URL): the socket directories its host names (real
+    paths of existing folders; a host name or address is out of reach in the
+    sandbox's network namespace)."""
+
+    folder: str | None
     files: tuple[str, ...]
+    configured: str | None = None
+    sockets: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, database: str | Path) -> _Store:
@@ -698,22 +849,160 @@ class _Store:
         if _CONTROL.search(text):
             msg = f"store {text!r} holds a control character"
             raise InvalidInput(msg, field="store")
+        if _POSTGRES_URL.match(text):
+            return cls(None, (), sockets=_socket_dirs(text))
         if text.startswith("file:"):  # a SQLite URI: its path, without the query
             text = text[5:].split("?", 1)[0].split("#", 1)[0]
             if text.startswith("//"):
                 text = text[2:]
-        real = os.path.realpath(os.path.expanduser(text))
-        return cls(os.path.dirname(real), tuple(real + s for s in STORE_SUFFIXES))
+        configured = os.path.join(os.getcwd(), os.path.expanduser(text))
+        real = os.path.realpath(configured)
+        return cls(
+            os.path.dirname(real),
+            tuple(real + s for s in STORE_SUFFIXES),
+            configured,
+        )
+
+
+def _socket_dirs(url: str) -> tuple[str, ...]:
+    """The existing socket directories a libpq URL's hosts name (``host=``
+    in its query, else its host part, percent-encoded), as real paths."""
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:
+        hostname = None
+        parts = urlsplit("")
+    hosts: list[str] = []
+    for values in parse_qs(parts.query, keep_blank_values=True).get("host", []):
+        hosts += values.split(",")
+    # The host part as written (libpq keeps its case) and as config reads it.
+    netloc = parts.netloc.rpartition("@")[2]
+    hosts += [unquote(_PORT_AT_END.sub("", h)) for h in netloc.split(",")]
+    hosts.append(unquote(hostname or ""))
+    found: list[str] = []
+    for host in hosts:
+        if host.startswith("/"):
+            real = os.path.realpath(host)
+            if real != "/" and Path(real).is_dir() and real not in found:
+                found.append(real)
+    return tuple(found)
 
 
 def store_file(service: RecoveryService) -> str | None:
-    """The SQLite file ``service`` keeps its log in; ``None`` for PostgreSQL
-    (no file: the network namespace keeps gates from its server) or memory."""
+    """What of ``service``'s store a gate must not reach (``run_gate``'s
+    ``store``): its SQLite file; for PostgreSQL, a ``postgresql://`` URL
+    naming only the socket directories its host names (no credentials), or
+    ``None`` when it names none (the network namespace keeps gates from its
+    server); ``None`` in memory."""
     from devs.adapters.config import Backend, backend_of, sqlite_path
 
-    if backend_of(service) is not Backend.SQLITE:
+    backend = backend_of(service)
+    if backend is Backend.POSTGRES:
+        host = str(service.env.get("POSTGRES_HOST") or "")
+        folders = [h for h in host.split(",") if h.startswith("/")]
+        if not folders:
+            return None
+        return "postgresql://?host=" + quote(",".join(folders), safe="/,")
+    if backend is not Backend.SQLITE:
         return None
-    return sqlite_path(service)
+    path = sqlite_path(service)
+    # A SQLite file whose relative name reads as a URL is named as a path.
+    return f"./{path}" if _POSTGRES_URL.match(path) else path
+
+
+def _writable_link(path: str, writable: str) -> str | None:
+    """Where ``path`` (absolute) passes through a symlink, or a ``..``, in
+    ``writable`` (a real folder) or below it: a place a gate that may write
+    there could replace, so that the next open of ``path`` finds a file of
+    its making. ``None`` when there is none. Resolves as the kernel does,
+    one component at a time, following symlinks (at most 40)."""
+    inside = _Mount(_WRITABLE, writable).holds
+    pending = list(reversed(PurePosixPath(path).parts[1:]))
+    current = "/"
+    links = 0
+    while pending:
+        name = pending.pop()
+        if name == "..":
+            if current != writable and inside(current):
+                return os.path.join(current, name)
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        if not os.path.islink(candidate):
+            current = candidate
+            continue
+        links += 1
+        if inside(current) or links > 40:
+            return candidate
+        target = PurePosixPath(os.readlink(candidate))
+        if target.is_absolute():
+            current = "/"
+            pending += reversed(target.parts[1:])
+        else:
+            pending += reversed(target.parts)
+    return None
+
+
+def _open_path(real: str, *, folder: bool) -> int:
+    """``real`` (an absolute path without symlinks) opened ``O_PATH``, one
+    component at a time, none followed if it is a symlink: the descriptor
+    names exactly what was at that path, whatever is renamed or swapped
+    afterwards. ``OSError`` when a component is a symlink (``ELOOP``) or not
+    a folder, or ``real`` is not a folder though ``folder``."""
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open("/", flags | os.O_DIRECTORY)
+    try:
+        names = PurePosixPath(real).parts[1:]
+        for index, name in enumerate(names):
+            opened = os.open(name, flags, dir_fd=fd)
+            os.close(fd)
+            fd = opened
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISLNK(mode):
+                raise OSError(errno.ELOOP, "a symlink", real)
+            if (folder or index < len(names) - 1) and not stat.S_ISDIR(mode):
+                raise NotADirectoryError(errno.ENOTDIR, "not a folder", real)
+        if os.readlink(f"/proc/self/fd/{fd}") != real:
+            raise OSError(errno.ESTALE, "moved while it was opened", real)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_sources(mounts: Sequence[_Mount], workdir: str, folder: int) -> list[int]:
+    """For each mount bwrap makes from the host, a descriptor of what it
+    shows (the working directory: the one checked, ``folder``); -1 for the
+    others. The caller closes them."""
+    sources: list[int] = []
+    try:
+        for mount in mounts:
+            if not mount.bound:
+                sources.append(-1)
+            elif mount.path == workdir:
+                sources.append(os.dup(folder))  # bwrap closes each one it used
+            else:
+                sources.append(_open_path(mount.path, folder=False))
+    except BaseException:
+        _close(sources)
+        raise
+    return sources
+
+
+def _close(fds: Iterable[int]) -> None:
+    for fd in fds:
+        if fd >= 0:
+            with suppress(OSError):
+                os.close(fd)
+
+
+def _same_file(path: str, opened: os.stat_result) -> bool:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 class _Cgroup:
@@ -846,6 +1135,7 @@ def run_gate(
     store: str | Path | None = None,
     in_store_folder: bool = False,
     settings: GateSettings | None = None,
+    within: str | Path | None = None,
 ) -> GateRun:
     """Run ``command`` sandboxed and report how it ended.
 
@@ -861,14 +1151,29 @@ def run_gate(
     (:func:`_runtime_dirs`). ``bwrap`` names the program (default: ``bwrap``
     on ``PATH``).
 
-    ``store`` names the referee's SQLite file: no gate may open, create or
-    replace it, its ``-wal``, ``-shm`` or ``-journal``. Under bubblewrap its
-    folder is an empty read-only directory (each folder between the working
-    directory and it a mount point, which cannot be renamed), unless the
-    folder holds the working directory: there it is read-only already, and
-    its files are ``/dev/null``. A working directory that *is* the store's
-    folder is refused (:class:`InvalidInput`, before anything runs) unless
-    ``in_store_folder``, which runs the gate with that folder read-only.
+    The working directory is resolved and opened once, one component at a
+    time, no symlink followed (:func:`_open_path`); its checks hold for that
+    descriptor, bwrap mounts it (``--bind-fd``) and the command starts in it,
+    so swapping a folder on its path for a symlink meanwhile changes nothing
+    (a path that changed while being opened is :class:`InvalidInput`).
+    ``within``: the working directory must be that folder or lie in it
+    (checked on the folder opened; :class:`InvalidInput` otherwise).
+
+    ``store`` names the referee's store (:func:`store_file`). A SQLite file:
+    no gate may open, create or replace it, its ``-wal``, ``-shm`` or
+    ``-journal``. Under bubblewrap its folder is an empty read-only
+    directory (each folder between the working directory and it a mount
+    point, which cannot be renamed), unless the folder holds the working
+    directory: there it is read-only already, and its files are
+    ``/dev/null``. A working directory that *is* the store's folder is
+    refused (:class:`InvalidInput`, before anything runs) unless
+    ``in_store_folder``, which runs the gate with that folder read-only; so
+    is one that is that folder or holds it by another path (a bind mount),
+    and a store whose configured path passes through a symlink or a ``..``
+    in the working directory (the gate could replace it:
+    :func:`_writable_link`). A ``postgresql://`` URL: the socket directories
+    its host names are empty read-only directories (or already hidden); a
+    working directory inside one is refused.
 
     ``settings`` (default: :meth:`GateSettings.from_environ` of this process)
     bounds each private tmpfs and the processes; ``max_processes`` is a
@@ -885,13 +1190,114 @@ def run_gate(
         msg = f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}"
         raise InvalidInput(msg)
     workdir = Path(cwd) if cwd is not None else Path.cwd()
+    limits = settings if settings is not None else GateSettings.from_environ(os.environ)
+    real_workdir, folder = _open_workdir(workdir, within)
+    sources: list[int] = []
+    status_read = status_write = -1
+    try:
+        try:
+            kept = _Store.of(store) if store is not None else None
+            _check_store(kept, workdir, real_workdir, folder, in_store_folder)
+            env, scrubbed = scrub_environment(
+                os.environ if environ is None else environ, pass_env
+            )
+            allowed = _real_paths(allow_paths, "allowed path")
+            program, fallback = _sandbox_program(isolation, bwrap)
+            argv = list(command)
+            if program is not None:
+                mounts = _mounts(
+                    real_workdir,
+                    env,
+                    network,
+                    allowed,
+                    [os.path.realpath(p) for p in read_only_paths],
+                    command[0],
+                    kept,
+                )
+                _check_visible(command[0], real_workdir, env, mounts)
+                sources = _open_sources(mounts, real_workdir, folder)
+                status_read, status_write = os.pipe()
+                argv = _bwrap_argv(
+                    program,
+                    command,
+                    real_workdir,
+                    network,
+                    mounts,
+                    sources,
+                    status_write,
+                    limits.tmp_mb * 1024 * 1024,
+                )
+        except OSError as error:
+            _close((status_read, status_write))
+            msg = (
+                "a path of the gate changed while its sandbox was being set up "
+                f"({error.strerror or error}: {error.filename!s:.300}); nothing ran"
+            )
+            raise InvalidInput(msg) from None
+
+        cgroup = _Cgroup.make(limits.max_processes)
+        try:
+            return _run(
+                command,
+                argv,
+                folder,
+                env,
+                scrubbed,
+                program,
+                fallback,
+                (status_read, status_write),
+                sources,
+                timeout,
+                output_cap,
+                lambda: _limits(cpu_seconds, memory_mb, limits.max_processes, cgroup),
+            )
+        finally:
+            if cgroup is not None:
+                cgroup.remove()
+    finally:
+        _close([folder, *sources])
+
+
+def _open_workdir(workdir: Path, within: str | Path | None) -> tuple[str, int]:
+    """The working directory's real path, and a descriptor of it, opened
+    once (:func:`_open_path`): everything after is checked on it, bwrap
+    mounts it, and the command starts in it."""
     if not workdir.is_dir():
         msg = f"working directory {str(workdir)!r} does not exist"
-        raise InvalidInput(msg)
-    limits = settings if settings is not None else GateSettings.from_environ(os.environ)
-    kept = _Store.of(store) if store is not None else None
-    in_folder = kept is not None and kept.folder == os.path.realpath(workdir)
-    if kept is not None and in_folder and not in_store_folder:
+        raise InvalidInput(msg, field="cwd")
+    try:
+        real = os.path.realpath(workdir)
+        folder = _open_path(real, folder=True)
+    except OSError as error:
+        msg = (
+            f"working directory {str(workdir)!r} changed while the gate was "
+            f"being set up ({error.strerror or error}); nothing ran"
+        )
+        raise InvalidInput(msg, field="cwd") from None
+    if within is not None:
+        home = os.path.realpath(within)
+        if not _Mount(_WRITABLE, home).holds(real):
+            os.close(folder)
+            msg = (
+                f"working directory {str(workdir)!r} (now {real!r}) is not "
+                f"inside {home!r}"
+            )
+            raise InvalidInput(msg, field="cwd")
+    return real, folder
+
+
+def _check_store(
+    kept: _Store | None,
+    workdir: Path,
+    real_workdir: str,
+    folder: int,
+    in_store_folder: bool,
+) -> None:
+    """Refuse a gate that could reach the store: see :func:`run_gate`."""
+    if kept is None or kept.folder is None or kept.configured is None:
+        return
+    in_folder = kept.folder == real_workdir
+    if in_folder and not in_store_folder:
         msg = (
             f"the gate's working directory {str(workdir)!r} holds the "
             f"referee's store {os.path.basename(kept.files[0])!r}: a gate "
@@ -901,95 +1307,84 @@ def run_gate(
             "folder read-only (--in-store-folder; run_gate's in_store_folder)"
         )
         raise InvalidInput(msg, field="cwd")
-    env, scrubbed = scrub_environment(
-        os.environ if environ is None else environ, pass_env
-    )
-    allowed = _real_paths(allow_paths, "allowed path")
-
-    program: str | None = None
-    fallback: str | None = None
-    if isolation != "none":
-        program, why = _find_bwrap(bwrap)
-        why = why if program is None else (_probe(program) or "")
-        if why:
-            if isolation == "require":
-                msg = f"gate isolation is required, but {why}"
-                raise IsolationUnavailable(msg)
-            program = None
-            fallback = f"{why}; the gate runs with {WEAKER_ISOLATION}"
-
-    argv = list(command)
-    status_read = status_write = -1
-    if program is not None:
-        real_workdir = os.path.realpath(workdir)
-        mounts = _mounts(
-            real_workdir,
-            env,
-            network,
-            allowed,
-            [os.path.realpath(p) for p in read_only_paths],
-            command[0],
-            kept,
+    opened = os.fstat(folder)
+    for above in (kept.folder, *map(str, PurePosixPath(kept.folder).parents)):
+        if above != real_workdir and _same_file(above, opened):
+            msg = (
+                f"the gate's working directory {str(workdir)!r} is the "
+                f"folder {above!r} by another path (a bind mount), which holds "
+                "the referee's store: run the gate in another folder"
+            )
+            raise InvalidInput(msg, field="cwd")
+    if in_folder:
+        return  # read-only to the gate
+    place = _writable_link(kept.configured, real_workdir)
+    if place is not None:
+        msg = (
+            f"the referee opens its store by the path {kept.configured!r}, "
+            f"which passes through {place!r}: a symlink (or '..') in the "
+            f"gate's working directory {real_workdir!r}, which the gate could "
+            "replace to have the referee open a store of its making. Name "
+            f"the store by its real path ({kept.files[0]!r}; DEVS_DB or "
+            "--db), or run the gate in another folder"
         )
-        _check_visible(command[0], real_workdir, env, mounts)
-        status_read, status_write = os.pipe()
-        argv = _bwrap_argv(
-            program,
-            command,
-            real_workdir,
-            network,
-            mounts,
-            status_write,
-            limits.tmp_mb * 1024 * 1024,
-        )
+        raise InvalidInput(msg, field="store")
 
-    cgroup = _Cgroup.make(limits.max_processes)
-    try:
-        return _run(
-            command,
-            argv,
-            workdir,
-            env,
-            scrubbed,
-            program,
-            fallback,
-            (status_read, status_write),
-            timeout,
-            output_cap,
-            lambda: _limits(cpu_seconds, memory_mb, limits.max_processes, cgroup),
-        )
-    finally:
-        if cgroup is not None:
-            cgroup.remove()
+
+def _sandbox_program(
+    isolation: Isolation, bwrap: str | None
+) -> tuple[str | None, str | None]:
+    """The bwrap program to run the gate under (None: none), and the
+    fallback notice when the gate runs without it."""
+    if isolation == "none":
+        return None, None
+    program, why = _find_bwrap(bwrap)
+    why = why if program is None else (_probe(program) or "")
+    if not why:
+        return program, None
+    if isolation == "require":
+        msg = f"gate isolation is required, but {why}"
+        raise IsolationUnavailable(msg)
+    return None, f"{why}; the gate runs with {WEAKER_ISOLATION}"
 
 
 def _run(
     command: Sequence[str],
     argv: list[str],
-    workdir: Path,
+    folder: int,
     env: dict[str, str],
     scrubbed: list[str],
     program: str | None,
     fallback: str | None,
     status: tuple[int, int],
+    sources: Sequence[int],
     timeout: float,
     output_cap: int,
-    preexec: Callable[[], None],
+    limits: Callable[[], None],
 ) -> GateRun:
-    """Run ``argv`` (the command, or bwrap and the command) and judge it."""
+    """Run ``argv`` (the command, or bwrap and the command) in ``folder``
+    (a descriptor of the working directory) and judge it."""
     status_read, status_write = status
     buffer = _TailBuffer(int(output_cap))
+
+    def preexec() -> None:
+        os.fchdir(folder)  # the folder checked, not whatever its path names now
+        limits()
+
     start = time.monotonic()
     try:
         process = subprocess.Popen(
             argv,
-            cwd=workdir,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            pass_fds=(status_write,) if program is not None else (),
+            pass_fds=(
+                (status_write, *(fd for fd in sources if fd >= 0))
+                if program is not None
+                else ()
+            ),
             preexec_fn=preexec,
         )
     except OSError as error:

@@ -39,6 +39,7 @@ from devs.domain import (
     TaskSummary,
 )
 from devs.domain.redaction import redact
+from devs.domain.values import GateName, Strategy, validated
 
 # ------------------------------------------------------------------- commands
 
@@ -408,8 +409,10 @@ def gate_run(
     weaker isolation. The working directory must not be the store's folder
     unless --in-store-folder (then it is read-only).
     """
-    # Refuse an unknown task, or one that takes no gate now, before running anything.
+    # Refuse an unknown task, one that takes no gate now, or a gate name or
+    # strategy the record would refuse, before running anything.
     ctx.app.require_gate_allowed(task_id)
+    _recordable(gate_name, strategy)
     try:
         result = run_gate(
             command,
@@ -459,6 +462,12 @@ def gate_run(
         sys.exit(int(OUTCOME_CODES[decision.outcome]))
     plain(f"$ {shown}  ->  {result.error} in {result.duration_seconds:.2f}s")
     show_gate(ctx.app, decision, as_json=False)
+
+
+@validated
+def _recordable(gate: GateName, strategy: Strategy | None) -> None:
+    """``InvalidInput`` (naming ``gate`` or ``strategy``) for a value
+    ``record_gate`` would refuse after the command ran."""
 
 
 @gate.command("status")

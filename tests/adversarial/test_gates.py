@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from devs.adapters.sandbox import Isolation, _Cgroup, run_gate
+from devs.domain import InvalidInput
 from tests.helpers import event_count, require_bwrap
 
 DEVS = str(Path(sys.executable).with_name("devs"))
@@ -395,3 +396,142 @@ def test_the_store_tampered_from_outside_is_what_verify_reports(base: Path) -> N
     assert verified.returncode != OK, verified.stdout
     shown = verified.stdout + verified.stderr
     assert "task 't1': version 1 does not match the hash recorded at version 2" in shown
+
+
+KEYED = {
+    "MYSQL_PWD": "hunter2-but-longer",
+    "HF_HUB": "hf_" + "aB3" * 11,
+    "NOTIFY": "https://x.example.invalid/?k=Zm9vYmFyYmF6cXV4MTIz",
+    "MY_HOOK": "https://ci.example.invalid/notify/3f9a6c0e1b2d4f5a6b7c8d9e",
+}
+PLAIN = {
+    "OLDPWD": "/srv/elsewhere",
+    "DOCS_URL": "https://docs.example.invalid/en/latest/getting-started-guide",
+    "BUILD_DATE_URL": "https://example.invalid/builds?since=20240101120000",
+}
+
+
+def test_passwords_tokens_and_capability_urls_never_reach_a_gate(base: Path) -> None:
+    """``*_PWD``, a token known by its shape, and URLs that carry a key in a
+    path segment or a query value; ``PWD``/``OLDPWD`` and plain URLs stay."""
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    work = base / "project"
+    work.mkdir()
+    started(db, work)
+    show = "import os, json; print(json.dumps(sorted(os.environ))); raise SystemExit(1)"
+    env = {**KEYED, **PLAIN}
+    ran = devs(db, work, "gate", "run", "t1", "--json", "--", PY, "-c", show, env=env)
+    assert ran.returncode == RETRY, ran.stderr
+    import json
+
+    seen = json.loads(last_output(db, work))
+    assert not set(KEYED) & set(seen), seen
+    assert set(PLAIN) | {"PWD"} <= set(seen), seen
+    assert set(KEYED) <= set(json.loads(ran.stdout)["run"]["scrubbed_env"])
+
+
+@pytest.mark.parametrize("through", ["symlink", "dotdot"])
+def test_a_store_named_through_a_folder_the_gate_may_write_is_refused(
+    base: Path, through: str
+) -> None:
+    """``--db project/state/s.sqlite`` with ``project/state`` a symlink to the
+    store's folder (or ``project/x/../../data/s.sqlite``): a gate running in
+    ``project`` could replace that symlink (or ``x``), and the referee would
+    open a store of its making ever after. Refused before anything runs."""
+    data = base / "data"
+    data.mkdir()
+    work = base / "project"
+    work.mkdir()
+    if through == "symlink":
+        (work / "state").symlink_to(data)
+        db = work / "state" / "devs_state.sqlite"
+    else:
+        (work / "x").mkdir()
+        db = work / "x" / ".." / ".." / "data" / "devs_state.sqlite"
+    started(db, work)
+    count = event_count(data / "devs_state.sqlite")
+    swap = "touch ran; rm -rf state x && mkdir state x; exit 1"
+    ran = devs(db, work, "gate", "run", "t1", "--", "sh", "-c", swap)
+    assert ran.returncode == BAD_INPUT, ran.stdout + ran.stderr
+    assert "a symlink (or '..') in the gate's working directory" in ran.stderr
+    assert not (work / "ran").exists()  # nothing ran
+    if through == "symlink":
+        assert (work / "state").is_symlink()
+    else:
+        assert (work / "x").is_dir()
+    assert event_count(data / "devs_state.sqlite") == count
+    # Named by its real path, the same store takes the gate.
+    real = data / "devs_state.sqlite"
+    ran = devs(real, work, "gate", "run", "t1", "--", PY, "-c", "exit(1)")
+    assert ran.returncode == RETRY, ran.stderr
+    assert event_count(real) == count + 1
+
+
+def test_a_gate_name_the_record_would_refuse_is_refused_before_it_runs(
+    base: Path,
+) -> None:
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    work = base / "project"
+    work.mkdir()
+    started(db, work)
+    count = event_count(db)
+    touch = "open('ran', 'w').close()"
+    for option, value, why in (
+        ("--gate", "unit\ntests", "must not contain control characters"),
+        ("--strategy", "   ", "must not be empty"),
+    ):
+        ran = devs(db, work, "gate", "run", "t1", option, value, "--", PY, "-c", touch)
+        assert ran.returncode == BAD_INPUT, ran.stdout + ran.stderr
+        assert f"{option.lstrip('-')} {why}" in ran.stderr, ran.stderr
+        assert not (work / "ran").exists()
+    assert event_count(db) == count
+
+
+def test_the_stores_socket_directory_and_var_tmp_are_out_of_reach(base: Path) -> None:
+    """A PostgreSQL store whose URL names a socket directory (``?host=/dir``)
+    with ``peer`` or ``trust`` authentication takes any local connection: that
+    directory is empty in the sandbox. So is ``/var/tmp``, where other
+    servers keep sockets too. (No PostgreSQL here: a listening unix socket
+    named as PostgreSQL's in a directory the URL names.)"""
+    require_bwrap()
+    work = base / "project"
+    sockets = work / "run" / "pg"  # in sight but for the sandbox: in the project
+    sockets.mkdir(parents=True)
+    shared = base / "shared"  # in /var/tmp
+    shared.mkdir()
+    url = f"postgresql://devs@/devs?host={sockets}&port=5432"
+    probe = f"""
+import os, socket
+for name, where in (("pg", {str(sockets)!r}), ("var-tmp", {str(shared)!r})):
+    path = os.path.join(where, ".s.PGSQL.5432")
+    print(name, "listed", sorted(os.listdir(where)) if os.path.isdir(where) else None)
+    try:
+        socket.socket(socket.AF_UNIX).connect(path); print("reached", name)
+    except OSError as e:
+        print("no", name, type(e).__name__)
+"""
+    with (
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as pg,
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as other,
+    ):
+        pg.bind(str(sockets / ".s.PGSQL.5432"))
+        pg.listen()
+        other.bind(str(shared / ".s.PGSQL.5432"))
+        other.listen()
+        result = run_gate(
+            [PY, "-c", probe], cwd=work, store=url, isolation="require", timeout=60
+        )
+        for listening in (pg, other):
+            listening.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                listening.accept()  # nobody connected
+    assert result.exit_code == 0, result.output
+    assert "reached" not in result.output, result.output
+    assert "pg listed []" in result.output, result.output
+    assert "no pg FileNotFoundError" in result.output, result.output
+    assert "var-tmp listed None" in result.output, result.output
+    # The folder the URL names is refused as the working directory.
+    with pytest.raises(InvalidInput, match="PostgreSQL socket directory"):
+        run_gate(["true"], cwd=sockets, store=url, isolation="require")

@@ -290,3 +290,121 @@ def test_a_wrong_gate_setting_is_each_calls_error(base: Path) -> None:
     assert answer.is_error
     assert "invalid_input (field DEVS_GATE_MAX_TIMEOUT)" in text(answer)
     assert event_count(db) == 1
+
+
+# Swaps ``sub`` (a folder) and ``lnk`` (a symlink to the store's folder) in
+# the server's working directory, as fast as it can, until ``stop`` appears.
+SWAP = """
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+end = time.monotonic() + 90
+while time.monotonic() < end and not os.path.exists("stop"):
+    for _ in range(200):
+        libc.renameat2(-100, b"sub", -100, b"lnk", 2)  # RENAME_EXCHANGE
+print("swapped")
+"""
+TRIES = 100
+PLANT_HERE = "test -f devs_state.sqlite || exit 1; touch devs_state.sqlite-journal"
+
+
+def test_a_gate_swapping_its_cwd_for_a_symlink_never_reaches_the_store(
+    base: Path,
+) -> None:
+    """Two gates at once (the MCP SDK runs tool calls concurrently): one swaps
+    ``sub`` with a symlink to the store's folder while the other runs in
+    ``cwd: sub``. Whatever instant the swap lands, the second gate runs in the
+    folder that was checked, or not at all: the store's folder is never
+    mounted writable (before, some tries planted a journal beside the store)."""
+    require_bwrap()
+    work = base / "project"
+    (work / "sub").mkdir(parents=True)
+    data = base / "data"
+    data.mkdir()
+    (work / "lnk").symlink_to(data)
+    db = data / "devs_state.sqlite"
+    # Every try a failing gate of the same task, none escalates it.
+    patient = {"DEVS_ESCALATION_THRESHOLD": "1000", "DEVS_HANDOFF_THRESHOLD": "1000"}
+    for task in ("swapper", "t1"):
+        subprocess.run(
+            [DEVS, "--db", str(db), "task", "start", task],
+            check=True,
+            env={**os.environ, **patient},
+        )
+    connect = with_env(stdio(db, work), db, work, patient)
+    outcomes: list[str] = []
+
+    async def attack() -> None:
+        async with connect() as session, anyio.create_task_group() as group:
+
+            async def swap() -> None:
+                await session.call_tool(
+                    "run_gate",
+                    {"task_id": "swapper", "command": [PY, "-c", SWAP], "timeout": 120},
+                )
+
+            group.start_soon(swap)
+            await anyio.sleep(1.0)
+            try:
+                for _ in range(TRIES):
+                    answer = await session.call_tool(
+                        "run_gate",
+                        {
+                            "task_id": "t1",
+                            "command": ["sh", "-c", PLANT_HERE],
+                            "cwd": "sub",
+                            "timeout": 30,
+                        },
+                    )
+                    outcomes.append(text(answer)[:200])
+                    if Path(f"{db}-journal").exists():
+                        break
+            finally:
+                (work / "stop").touch()
+
+    anyio.run(attack)
+    assert not Path(f"{db}-journal").exists(), outcomes
+    assert sorted(os.listdir(data)) == ["devs_state.sqlite"], outcomes
+    assert len(outcomes) == TRIES
+    # Most tries ran (in the folder checked) or were refused as they should
+    # be; none failed otherwise.
+    ran = [o for o in outcomes if '"exit_code": 1' in o]
+    refused = [o for o in outcomes if "invalid_input (field cwd)" in o]
+    assert len(ran) + len(refused) == TRIES, outcomes
+    assert ran, outcomes
+
+
+def test_a_multi_line_command_is_recorded_and_a_bad_cwd_is_invalid_input(
+    base: Path,
+) -> None:
+    """A gate named after a ``python -c`` script of several lines: its name
+    is one line, so the gate that ran is recorded. A ``cwd`` that cannot be
+    resolved (a symlink loop) is an invalid input, not a crash."""
+    work = base / "project"
+    work.mkdir()
+    (work / "loop").symlink_to("loop")
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
+    env = {"DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES": "1"}  # not about bwrap
+    script = "import sys\nprint('ran')\nsys.exit(3)"
+    connect = with_env(stdio(db, work), db, work, env)
+    ran, looped = anyio.run(
+        call,
+        connect,
+        ("run_gate", {"task_id": "t1", "command": [PY, "-c", script]}),
+        ("run_gate", {"task_id": "t1", "command": ["true"], "cwd": "loop"}),
+    )
+    assert not ran.is_error, text(ran)
+    assert ran.structured_content["exit_code"] == 3
+    assert event_count(db) == 2
+    shown = subprocess.run(
+        [DEVS, "--db", str(db), "task", "show", "t1", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    last = json.loads(shown.stdout)["failure_history"][-1]
+    assert "import sys print('ran') sys.exit(3)" in json.dumps(last), last
+    assert looped.is_error
+    assert "invalid_input (field cwd)" in text(looped), text(looped)
+    assert event_count(db) == 2
