@@ -264,19 +264,7 @@ class Settings(EnvironSettings):
     @field_validator("read_wait", mode="before")
     @classmethod
     def _read_wait(cls, value: Any) -> Any:
-        if value is None or value == "":
-            return DEFAULT_READ_WAIT
-        try:
-            wait = float(value)
-        except (TypeError, ValueError):
-            wait = -1.0
-        if not 0 < wait <= 300:  # NaN too
-            msg = (
-                f"{READ_WAIT_ENV} must be a number of seconds in (0, 300], "
-                f"got {_shown(value)}"
-            )
-            raise ValueError(msg)
-        return wait
+        return _seconds(value, READ_WAIT_ENV, DEFAULT_READ_WAIT, 300)
 
     @field_validator("projections", mode="before")
     @classmethod
@@ -313,19 +301,9 @@ class Settings(EnvironSettings):
     @field_validator("store_timeout", mode="before")
     @classmethod
     def _store_timeout(cls, value: Any) -> Any:
-        if value is None or value == "":
-            return DEFAULT_STORE_TIMEOUT
-        try:
-            wait = float(value)
-        except (TypeError, ValueError):
-            wait = -1.0
-        if not 0 < wait <= MAX_STORE_TIMEOUT:  # NaN too
-            msg = (
-                f"{STORE_TIMEOUT_ENV} must be a number of seconds in "
-                f"(0, {MAX_STORE_TIMEOUT:g}], got {_shown(value)}"
-            )
-            raise ValueError(msg)
-        return wait
+        return _seconds(
+            value, STORE_TIMEOUT_ENV, DEFAULT_STORE_TIMEOUT, MAX_STORE_TIMEOUT
+        )
 
     @field_validator("access_log", mode="before")
     @classmethod
@@ -384,36 +362,14 @@ class Settings(EnvironSettings):
     @field_validator("header_timeout", mode="before")
     @classmethod
     def _header_timeout(cls, value: Any) -> Any:
-        if value is None or value == "":
-            return DEFAULT_HEADER_TIMEOUT
-        try:
-            wait = float(value)
-        except (TypeError, ValueError):
-            wait = -1.0
-        if not 0 < wait <= MAX_HEADER_TIMEOUT:  # NaN too
-            msg = (
-                f"{HEADER_TIMEOUT_ENV} must be a number of seconds in "
-                f"(0, {MAX_HEADER_TIMEOUT:g}], got {_shown(value)}"
-            )
-            raise ValueError(msg)
-        return wait
+        return _seconds(
+            value, HEADER_TIMEOUT_ENV, DEFAULT_HEADER_TIMEOUT, MAX_HEADER_TIMEOUT
+        )
 
     @field_validator("body_timeout", mode="before")
     @classmethod
     def _body_timeout(cls, value: Any) -> Any:
-        if value is None or value == "":
-            return DEFAULT_BODY_TIMEOUT
-        try:
-            wait = float(value)
-        except (TypeError, ValueError):
-            wait = -1.0
-        if not 0 < wait <= MAX_BODY_TIMEOUT:  # NaN too
-            msg = (
-                f"{BODY_TIMEOUT_ENV} must be a number of seconds in "
-                f"(0, {MAX_BODY_TIMEOUT:g}], got {_shown(value)}"
-            )
-            raise ValueError(msg)
-        return wait
+        return _seconds(value, BODY_TIMEOUT_ENV, DEFAULT_BODY_TIMEOUT, MAX_BODY_TIMEOUT)
 
     @property
     def backend(self) -> Backend:
@@ -611,6 +567,24 @@ def _invalid(error: ValidationError) -> InvalidInput:
     if isinstance(cause, ValueError):
         return InvalidInput(str(cause), field=variable)
     return InvalidInput(f"{variable} is not valid: {first['msg']}", field=variable)
+
+
+def _seconds(value: Any, variable: str, default: float, maximum: float) -> float:
+    """``value`` as a number of seconds in (0, ``maximum``] (unset or empty:
+    ``default``); a ``ValueError`` naming ``variable`` otherwise (NaN too)."""
+    if value is None or value == "":
+        return default
+    try:
+        wait = float(value)
+    except (TypeError, ValueError):
+        wait = -1.0
+    if not 0 < wait <= maximum:  # NaN too
+        msg = (
+            f"{variable} must be a number of seconds in (0, {maximum:g}], "
+            f"got {_shown(value)}"
+        )
+        raise ValueError(msg)
+    return wait
 
 
 def _shown(value: Any) -> str:
