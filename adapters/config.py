@@ -349,15 +349,13 @@ class Settings(EnvironSettings):
     @field_validator("max_connections", mode="before")
     @classmethod
     def _max_connections(cls, value: Any) -> Any:
-        low, high = CONNECTIONS_RANGE
-        number = _integer(value, DEFAULT_MAX_CONNECTIONS)
-        if number is None or not low <= number <= high:
-            msg = (
-                f"{MAX_CONNECTIONS_ENV} must be an integer from {low} to "
-                f"{high:,}, got {_shown(value)}"
-            )
-            raise ValueError(msg)
-        return number
+        return _counted(
+            value,
+            MAX_CONNECTIONS_ENV,
+            DEFAULT_MAX_CONNECTIONS,
+            CONNECTIONS_RANGE,
+            "an integer",
+        )
 
     @field_validator("header_timeout", mode="before")
     @classmethod
@@ -416,17 +414,22 @@ def _integer(value: Any, default: int) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
-def _bytes(value: Any, variable: str, default: int, bounds: tuple[int, int]) -> int:
-    """A byte count in ``bounds``, or a ``ValueError`` naming ``variable``."""
+def _counted(
+    value: Any, variable: str, default: int, bounds: tuple[int, int], what: str
+) -> int:
+    """A whole number in ``bounds``, or a ``ValueError`` naming ``variable``
+    and saying ``what`` it must be ("a number of bytes")."""
     low, high = bounds
     number = _integer(value, default)
     if number is None or not low <= number <= high:
-        msg = (
-            f"{variable} must be a number of bytes from {low:,} to {high:,}, "
-            f"got {_shown(value)}"
-        )
+        msg = f"{variable} must be {what} from {low:,} to {high:,}, got {_shown(value)}"
         raise ValueError(msg)
     return number
+
+
+def _bytes(value: Any, variable: str, default: int, bounds: tuple[int, int]) -> int:
+    """A byte count in ``bounds``, or a ``ValueError`` naming ``variable``."""
+    return _counted(value, variable, default, bounds, "a number of bytes")
 
 
 _HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*")

@@ -62,6 +62,13 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Literal, cast
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from devs.adapters.config import (
+    SWITCH_OFF,
+    SWITCH_ON,
+    Backend,
+    backend_of,
+    sqlite_path,
+)
 from devs.domain.errors import DevsError, InvalidInput
 from devs.domain.redaction import error_hash, redact, secret_kind
 
@@ -113,8 +120,6 @@ MAX_PROCESSES_ENV = "DEVS_GATE_MAX_PROCESSES"
 MAX_TIMEOUT_ENV = "DEVS_GATE_MAX_TIMEOUT"
 MAX_MEMORY_ENV = "DEVS_GATE_MAX_MEMORY_MB"
 MAX_CPU_ENV = "DEVS_GATE_MAX_CPU_SECONDS"
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
 def _setting(environ: Mapping[str, str], name: str, default: int, maximum: int) -> int:
@@ -156,14 +161,14 @@ class GateSettings:
     def from_environ(cls, environ: Mapping[str, str]) -> GateSettings:
         """The settings; a wrong one is an ``InvalidInput`` naming its variable."""
         raw = (environ.get(ALLOW_UNSANDBOXED_ENV) or "").strip().lower()
-        if raw not in _TRUE | _FALSE:
+        if raw and raw not in SWITCH_ON | SWITCH_OFF:
             msg = (
                 f"{ALLOW_UNSANDBOXED_ENV} must be 1 or 0 (true/false, yes/no, "
                 f"on/off), got {raw[:40]!r}"
             )
             raise InvalidInput(msg, field=ALLOW_UNSANDBOXED_ENV)
         return cls(
-            allow_unsandboxed=raw in _TRUE,
+            allow_unsandboxed=raw in SWITCH_ON,
             tmp_mb=_setting(environ, TMP_MB_ENV, cls.tmp_mb, 1_048_576),
             max_processes=_setting(
                 environ, MAX_PROCESSES_ENV, cls.max_processes, 1_000_000
@@ -895,8 +900,6 @@ def store_file(service: RecoveryService) -> str | None:
     naming only the socket directories its host names (no credentials), or
     ``None`` when it names none (the network namespace keeps gates from its
     server); ``None`` in memory."""
-    from devs.adapters.config import Backend, backend_of, sqlite_path
-
     backend = backend_of(service)
     if backend is Backend.POSTGRES:
         host = str(service.env.get("POSTGRES_HOST") or "")

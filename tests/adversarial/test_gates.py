@@ -58,6 +58,17 @@ def started(db: Path, cwd: Path) -> None:
     assert done.returncode == OK, done.stderr
 
 
+def apart(base: Path) -> tuple[Path, Path]:
+    """A store in a folder of its own and a project folder beside it, where
+    the gates run, with task t1 started: the layout a gate may run in."""
+    db = base / "store" / "devs_state.sqlite"
+    db.parent.mkdir()
+    work = base / "project"
+    work.mkdir()
+    started(db, work)
+    return db, work
+
+
 def last_output(db: Path, cwd: Path) -> str:
     import json
 
@@ -183,13 +194,9 @@ def test_a_gate_reaches_no_server_socket_nor_its_parents_environment(
     """A loopback TCP port (``devs serve``), a unix socket in the user's
     runtime folder (the hook server's), and ``/proc/<ppid>/environ``."""
     require_bwrap()
-    work = base / "project"
+    db, work = apart(base)
     runtime = base / "runtime"
     (runtime / "devs").mkdir(parents=True)
-    work.mkdir()
-    db = base / "store" / "devs_state.sqlite"
-    db.parent.mkdir()
-    started(db, work)
     unix = runtime / "devs" / "hook-test.sock"
     with (
         socket.create_server(("127.0.0.1", 0)) as tcp,
@@ -250,11 +257,7 @@ SECRETS = {
 def test_endpoint_secrets_and_the_referees_settings_never_reach_a_gate(
     base: Path,
 ) -> None:
-    db = base / "store" / "devs_state.sqlite"
-    db.parent.mkdir()
-    work = base / "project"
-    work.mkdir()
-    started(db, work)
+    db, work = apart(base)
     env = {**SECRETS, "DEVS_TASK_ID": "t1", "HARMLESS_URL": "https://example.invalid/"}
     show = "import os, json; print(json.dumps(sorted(os.environ))); raise SystemExit(1)"
     ran = devs(db, work, "gate", "run", "t1", "--json", "--", PY, "-c", show, env=env)
@@ -291,11 +294,7 @@ def test_the_stores_url_never_reaches_a_gate(base: Path, isolation: Isolation) -
 
 def test_private_tmp_and_shared_memory_are_bounded(base: Path) -> None:
     require_bwrap()
-    db = base / "store" / "devs_state.sqlite"
-    db.parent.mkdir()
-    work = base / "project"
-    work.mkdir()
-    started(db, work)
+    db, work = apart(base)
     fill = """
 import sys
 for where in ("/tmp/fill", "/dev/shm/fill"):
@@ -321,11 +320,7 @@ def test_the_processes_a_gate_runs_are_bounded(base: Path) -> None:
     require_bwrap()
     if _Cgroup.make(1) is None and os.geteuid() == 0:  # pragma: no cover - host
         pytest.skip("no pids cgroup here, and RLIMIT_NPROC does not bind root")
-    db = base / "store" / "devs_state.sqlite"
-    db.parent.mkdir()
-    work = base / "project"
-    work.mkdir()
-    started(db, work)
+    db, work = apart(base)
     spawn = """
 import os, time, sys
 n = 0
@@ -358,11 +353,7 @@ sys.exit(1)
 def test_a_wrong_gate_setting_is_refused_and_nothing_runs(
     base: Path, name: str, value: str
 ) -> None:
-    db = base / "store" / "devs_state.sqlite"
-    db.parent.mkdir()
-    work = base / "project"
-    work.mkdir()
-    started(db, work)
+    db, work = apart(base)
     count = event_count(db)
     marker = work / "ran"
     touch = f"open({str(marker)!r}, 'w').close()"
@@ -378,11 +369,7 @@ def test_the_store_tampered_from_outside_is_what_verify_reports(base: Path) -> N
     """An attacker with the file (not a gate) edits an event that has a
     successor: its successor's link no longer matches, and verify names the
     task and the version. (What it cannot see: docs/security.md.)"""
-    db = base / "store" / "devs_state.sqlite"
-    db.parent.mkdir()
-    work = base / "project"
-    work.mkdir()
-    started(db, work)
+    db, work = apart(base)
     failed = devs(db, work, "gate", "run", "t1", "--", PY, "-c", "exit(1)")
     assert failed.returncode == RETRY, failed.stderr
     assert devs(db, work, "verify").returncode == OK
@@ -414,11 +401,7 @@ PLAIN = {
 def test_passwords_tokens_and_capability_urls_never_reach_a_gate(base: Path) -> None:
     """``*_PWD``, a token known by its shape, and URLs that carry a key in a
     path segment or a query value; ``PWD``/``OLDPWD`` and plain URLs stay."""
-    db = base / "store" / "devs_state.sqlite"
-    db.parent.mkdir()
-    work = base / "project"
-    work.mkdir()
-    started(db, work)
+    db, work = apart(base)
     show = "import os, json; print(json.dumps(sorted(os.environ))); raise SystemExit(1)"
     env = {**KEYED, **PLAIN}
     ran = devs(db, work, "gate", "run", "t1", "--json", "--", PY, "-c", show, env=env)
@@ -471,11 +454,7 @@ def test_a_store_named_through_a_folder_the_gate_may_write_is_refused(
 def test_a_gate_name_the_record_would_refuse_is_refused_before_it_runs(
     base: Path,
 ) -> None:
-    db = base / "store" / "devs_state.sqlite"
-    db.parent.mkdir()
-    work = base / "project"
-    work.mkdir()
-    started(db, work)
+    db, work = apart(base)
     count = event_count(db)
     touch = "open('ran', 'w').close()"
     for option, value, why in (

@@ -93,6 +93,23 @@ async def call(connect: Connect, *calls: tuple[str, dict[str, Any]]) -> list[Any
     return results
 
 
+def ask(
+    kind: str,
+    db: Path,
+    work: Path,
+    *calls: tuple[str, dict[str, Any]],
+    env: dict[str, str] | None = None,
+) -> list[Any]:
+    """The tools' answers to ``calls``, made in one session of a server
+    started in ``work`` (stopped afterwards)."""
+    connect, server = connection(kind, db, work, env=env)
+    try:
+        return anyio.run(call, connect, *calls)
+    finally:
+        if server is not None:
+            server.stop()
+
+
 def forge(db: Path) -> list[list[str]]:
     """Gate commands that answer for people with the agent's own access:
     through ``devs``, and through SQLite itself (deleting the task's start)."""
@@ -115,16 +132,12 @@ def test_a_gate_command_cannot_write_the_store(base: Path, kind: str) -> None:
     (work / "state").mkdir(parents=True)
     db = work / "state" / "devs_state.sqlite"
     subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
-    connect, server = connection(kind, db, work)
-    try:
-        results = anyio.run(
-            call,
-            connect,
-            *(("run_gate", {"task_id": "t1", "command": c}) for c in forge(db)),
-        )
-    finally:
-        if server is not None:
-            server.stop()
+    results = ask(
+        kind,
+        db,
+        work,
+        *(("run_gate", {"task_id": "t1", "command": c}) for c in forge(db)),
+    )
     for result in results:
         assert not result.is_error, text(result)
         assert result.structured_content["exit_code"] != 0, text(result)
@@ -150,22 +163,15 @@ def test_a_gate_never_runs_in_the_store_folder_unless_asked(
     require_bwrap()
     db = base / "devs_state.sqlite"
     subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
-    connect, server = connection(kind, db, base)
     command = forge(db)[0]
-    try:
-        refused, asked, outside = anyio.run(
-            call,
-            connect,
-            ("run_gate", {"task_id": "t1", "command": command}),
-            (
-                "run_gate",
-                {"task_id": "t1", "command": command, "in_store_folder": True},
-            ),
-            ("run_gate", {"task_id": "t1", "command": ["true"], "cwd": "/etc"}),
-        )
-    finally:
-        if server is not None:
-            server.stop()
+    refused, asked, outside = ask(
+        kind,
+        db,
+        base,
+        ("run_gate", {"task_id": "t1", "command": command}),
+        ("run_gate", {"task_id": "t1", "command": command, "in_store_folder": True}),
+        ("run_gate", {"task_id": "t1", "command": ["true"], "cwd": "/etc"}),
+    )
     assert refused.is_error
     assert "invalid_input (field cwd)" in text(refused)
     assert "holds the referee's store 'devs_state.sqlite'" in text(refused)
@@ -191,14 +197,9 @@ def test_without_bwrap_an_agents_gate_is_refused_unless_allowed(
     no_bwrap = {"PATH": path_without_bwrap(base / "bin")}
     marker = work / "ran"
     touch = [PY, "-c", f"open({str(marker)!r}, 'w').close()"]
-    connect, server = connection(kind, db, work, env=no_bwrap)
-    try:
-        (refused,) = anyio.run(
-            call, connect, ("run_gate", {"task_id": "t1", "command": touch})
-        )
-    finally:
-        if server is not None:
-            server.stop()
+    (refused,) = ask(
+        kind, db, work, ("run_gate", {"task_id": "t1", "command": touch}), env=no_bwrap
+    )
     assert refused.is_error
     assert "refused" in text(refused)
     assert "bwrap is not installed" in text(refused)
@@ -208,14 +209,9 @@ def test_without_bwrap_an_agents_gate_is_refused_unless_allowed(
 
     allowed = {**no_bwrap, "DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES": "1"}
     show = [PY, "-c", "import os; print(sorted(os.environ)); raise SystemExit(2)"]
-    connect, server = connection(kind, db, work, env=allowed)
-    try:
-        (ran,) = anyio.run(
-            call, connect, ("run_gate", {"task_id": "t1", "command": show})
-        )
-    finally:
-        if server is not None:
-            server.stop()
+    (ran,) = ask(
+        kind, db, work, ("run_gate", {"task_id": "t1", "command": show}), env=allowed
+    )
     assert not ran.is_error, text(ran)
     result = ran.structured_content
     assert result["isolation"] == "none"
