@@ -1,7 +1,7 @@
 """The ``devs`` command's entry point.
 
 ``devs [--db DB] hook AGENT``, the command a coding agent runs at each step,
-goes to :mod:`devs.adapters.hook_client` before anything else is imported
+goes to :mod:`devs.adapters.hooks.client` before anything else is imported
 (the standard library only; its hook server holds the service). Every other
 command line is the click application, :func:`devs.adapters.cli.main`.
 """
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-AGENTS = ("claude-code", "codex", "openhands")
+from devs.adapters.hooks.registry import AGENTS
 
 
 def hook_call(argv: list[str]) -> tuple[str, str | None] | None:
@@ -50,7 +50,7 @@ def loading() -> Iterator[None]:
 def main() -> None:
     call = hook_call(sys.argv[1:])
     if call is not None:
-        from devs.adapters import hook_client
+        from devs.adapters.hooks import client as hook_client
 
         if hook_client.server_wanted(os.environ):
             agent, db = call

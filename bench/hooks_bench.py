@@ -15,7 +15,7 @@ and a git repository in ``--dir``, timed from ``Popen`` to exit, for:
 - **edit**: a ``PostToolUse`` of ``Edit``: remembered, the store not opened.
 
 The installed command reaches a hook server that holds the service
-(``devs.adapters.hook_server``); those three rows are its calls, the server
+(``devs.adapters.hooks.server``); those three rows are its calls, the server
 started beforehand by a first call. Beside them, in the same run:
 
 - **first call of a store**: no server yet: answered in process (the imports
@@ -201,11 +201,11 @@ def main() -> None:
     # The same gate failure decided in this process: no start, no imports.
     os.environ.update(env)
     from devs.adapters.config import Settings, open_service
-    from devs.adapters.hook_dialects import DIALECTS
-    from devs.adapters.hook_runner import respond
+    from devs.adapters.hooks.registry import load
+    from devs.adapters.hooks.runner import respond
 
     service = open_service(Settings(db=str(db)))
-    dialect = DIALECTS["claude-code"]
+    dialect = load("claude-code").dialect
 
     def in_process() -> None:
         respond(dialect, edit(), env, lambda: service, f"sqlite:{db}")

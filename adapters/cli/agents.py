@@ -23,10 +23,9 @@ from devs.adapters.cli.base import (
     plain,
 )
 from devs.adapters.config import DB_ENV, DEFAULT_DB, MEMORY
-from devs.adapters.hook_client import EVENT_MAX
-from devs.adapters.hook_dialects import DIALECTS
-from devs.adapters.hook_install import (
-    LAYOUTS,
+from devs.adapters.hooks.breaker import default_state_dir
+from devs.adapters.hooks.client import EVENT_MAX
+from devs.adapters.hooks.install import (
     describe,
     hook_command,
     install,
@@ -34,13 +33,13 @@ from devs.adapters.hook_install import (
     status,
     uninstall,
 )
-from devs.adapters.hook_runner import handle
-from devs.adapters.hooks import default_state_dir
+from devs.adapters.hooks.registry import AGENTS, every, load
+from devs.adapters.hooks.runner import handle
 from devs.domain import DevsError, InvalidInput
 
 
 @cli.command("hook")
-@click.argument("agent", type=click.Choice(sorted(DIALECTS)))
+@click.argument("agent", type=click.Choice(sorted(AGENTS)))
 @pass_context
 def hook(ctx: Context, agent: str) -> None:
     """Answer one hook event of AGENT, read as JSON on stdin (docs/agents.md).
@@ -112,7 +111,7 @@ def hooks_db(ctx: Context) -> str:
     return str(default_state_dir(os.environ).parent / DEFAULT_DB)
 
 
-agent_choice = click.argument("agent", type=click.Choice(sorted(LAYOUTS)))
+agent_choice = click.argument("agent", type=click.Choice(sorted(AGENTS)))
 dir_option = click.option(
     "--dir",
     "project",
@@ -145,7 +144,7 @@ def hooks_install(ctx: Context, agent: str, project: str, user: bool) -> None:
     `devs resume` finds the same store. DEVS_URL and DEVS_API_TOKEN, to ask
     a team's `devs serve`, are read from the agent's environment.
     """
-    layout = LAYOUTS[agent]
+    layout = load(agent).layout
     path = settings_path(layout, project=Path(project), user=user, home=Path.home())
     command = hook_command(this_devs(), hooks_db(ctx), agent)
     changed = install(layout, path, command)
@@ -161,7 +160,7 @@ def hooks_install(ctx: Context, agent: str, project: str, user: bool) -> None:
 @handles_errors
 def hooks_uninstall(agent: str, project: str, user: bool) -> None:
     """Remove exactly the breaker's own hooks from AGENT's settings."""
-    layout = LAYOUTS[agent]
+    layout = load(agent).layout
     path = settings_path(layout, project=Path(project), user=user, home=Path.home())
     changed = uninstall(layout, path)
     plain(
@@ -181,7 +180,7 @@ def hooks_status(project: str, as_json: bool) -> None:
             layout,
             settings_path(layout, project=Path(project), user=user, home=Path.home()),
         )
-        for layout in LAYOUTS.values()
+        for layout in (agent.layout for agent in every())
         for user in (False, True)
     ]
     if as_json:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from devs.adapters.hooks import Seen, person_command, reaches_referee
+from devs.adapters.hooks.breaker import Seen, person_command, reaches_referee
 
 DEVS = Path(sys.executable).with_name("devs")
 

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devs.adapters import hook_server
-from devs.adapters.hook_client import ask, call_environ, frame
+from devs.adapters.hooks import server as hook_server
+from devs.adapters.hooks.client import ask, call_environ, frame
 from tests.e2e.test_hook_server import Calls
 from tests.integration.test_hooks import fixture
 

@@ -52,7 +52,7 @@ class Calls:
 
     def server_pid(self) -> int | None:
         """The hook server of this test's socket folder, from /proc."""
-        wanted = f"devs.adapters.hook_server\0{self.runtime}/"
+        wanted = f"devs.adapters.hooks.server\0{self.runtime}/"
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue

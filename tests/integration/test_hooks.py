@@ -13,9 +13,10 @@ import orjson
 import pytest
 
 from devs.adapters.config import Settings, open_service
-from devs.adapters.hook_dialects import DIALECTS, judged_by_output
-from devs.adapters.hook_runner import respond
-from devs.adapters.hooks import Place, task_base
+from devs.adapters.hooks.breaker import Place, task_base
+from devs.adapters.hooks.dialect import judged_by_output
+from devs.adapters.hooks.registry import load
+from devs.adapters.hooks.runner import respond
 from devs.domain import RecoveryService
 from devs.domain.chart import TaskState
 
@@ -43,7 +44,7 @@ class Agent:
 
     def __init__(self, agent: str, tmp_path: Path, **env: str) -> None:
         self.agent = agent
-        self.dialect = DIALECTS[agent]
+        self.dialect = load(agent).dialect
         self.repo = git_repo(tmp_path / "repo")
         self.db = tmp_path / "state.sqlite"
         self.environ = {"DEVS_HOOK_STATE_DIR": str(tmp_path / "hooks"), **env}
@@ -303,7 +304,7 @@ def test_stop_is_refused_after_a_resume_while_the_gate_is_still_red(
 def test_a_call_no_one_answered_still_refuses_a_stopped_tasks_tools(
     claude: Agent, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from devs.adapters.hook_runner import refusal
+    from devs.adapters.hooks.runner import refusal
 
     claude.start()
     for n in range(1, 4):

@@ -1,7 +1,7 @@
 """The breaker's reading of agents' text: which commands are gates, the exit
 code in an error text, the first error line, the strategy and the task name
-(devs.adapters.hooks), and the entries it writes into settings files
-(devs.adapters.hook_install)."""
+(devs.adapters.hooks.breaker), and the entries it writes into settings files
+(devs.adapters.hooks.install)."""
 
 from __future__ import annotations
 
@@ -14,18 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from devs.adapters.hook_client import server_key
-from devs.adapters.hook_install import (
-    CLAUDE_CODE,
-    CODEX,
-    OPENHANDS,
-    hook_command,
-    install,
-    own_agent,
-    status,
-    uninstall,
-)
-from devs.adapters.hooks import (
+from devs.adapters.hooks.breaker import (
     GATE_PATTERN,
     HookRecord,
     HookSettings,
@@ -37,6 +26,17 @@ from devs.adapters.hooks import (
     strategy_of,
     task_base,
 )
+from devs.adapters.hooks.claude_code import CLAUDE_CODE
+from devs.adapters.hooks.client import server_key
+from devs.adapters.hooks.codex import CODEX
+from devs.adapters.hooks.install import (
+    hook_command,
+    install,
+    own_agent,
+    status,
+    uninstall,
+)
+from devs.adapters.hooks.openhands import OPENHANDS
 from devs.adapters.launch import hook_call
 from devs.domain.errors import InvalidInput
 from devs.domain.values import STRATEGY_MAX

@@ -4,7 +4,7 @@ fast path.
 A coding agent waits for every hook call, and most of a ``devs`` process's
 time goes to importing the service (pydantic's models, eventsourcing: about
 0.7 s here), not to deciding (about 10 ms). So the installed command hands
-the event to a hook server (:mod:`devs.adapters.hook_server`): one process per
+the event to a hook server (:mod:`devs.adapters.hooks.server`): one process per
 store and setting, already holding the service, reached over a Unix socket in
 a folder only this user can enter. This module imports nothing but the
 standard library.
@@ -44,7 +44,6 @@ OFF = frozenset({"0", "off", "false", "no"})
 SHARED_ENV = ("HOME", "XDG_STATE_HOME", "PATH")
 """Variables besides ``DEVS_*`` that change what a hook call does (where the
 state files are, which ``git`` runs)."""
-CODE = ("hooks.py", "hook_dialects.py", "hook_runner.py", "hook_server.py")
 
 
 def server_wanted(environ: Mapping[str, str]) -> bool:
@@ -86,11 +85,15 @@ def server_key(db: str | None, environ: Mapping[str, str]) -> str:
     code (a changed ``devs`` gets a new server)."""
     here = Path(__file__).parent
     stamps = []
-    for name in CODE:
-        try:
-            stamps.append(os.stat(here / name).st_mtime_ns)
-        except OSError:
-            stamps.append(0)
+    # Every module of this package (a new dialect too): a changed one is a
+    # new server.
+    with os.scandir(here) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name.endswith(".py"):
+                try:
+                    stamps.append((entry.name, entry.stat().st_mtime_ns))
+                except OSError:
+                    stamps.append((entry.name, 0))
     settings = {k: v for k, v in call_environ(environ).items() if k != "DEVS_TASK_ID"}
     described = json.dumps(
         {
@@ -149,7 +152,7 @@ def ask(path: Path, request: bytes, timeout: float) -> dict[str, object]:
 
 def start_server(path: Path, db: str | None, environ: Mapping[str, str]) -> None:
     """Start the server for ``path``, detached (it outlives this call)."""
-    argv = [sys.executable, "-m", "devs.adapters.hook_server", str(path)]
+    argv = [sys.executable, "-m", "devs.adapters.hooks.server", str(path)]
     if db:
         argv += ["--db", db]
     try:
@@ -177,7 +180,7 @@ def _timeout(environ: Mapping[str, str]) -> float:
 def refused_if_stopped(
     agent: str, db: str | None, raw: bytes, error: str
 ) -> tuple[str | None, str, int]:
-    from devs.adapters.hook_runner import refusal
+    from devs.adapters.hooks.runner import refusal
 
     return refusal(
         agent, db, raw, os.environ, f"the hook server did not answer ({error})"
@@ -191,7 +194,7 @@ def in_process(
     loading: Callable[[], AbstractContextManager[None]] = nullcontext,
 ) -> tuple[str | None, str, int]:
     with loading():
-        from devs.adapters.hook_runner import handle
+        from devs.adapters.hooks.runner import handle
 
     return handle(agent, db, raw, os.environ)
 

@@ -1,7 +1,7 @@
 """One hook event answered: :func:`respond` (the event, the agent's dialect,
 the service) and :func:`handle` (the same from ``devs hook``'s arguments and
 environment, opening the store itself). Used in process by ``devs hook``, and
-by the hook server (:mod:`devs.adapters.hook_server`) that answers the
+by the hook server (:mod:`devs.adapters.hooks.server`) that answers the
 installed hooks without a process start's imports."""
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ from typing import NoReturn
 
 import orjson
 
-from devs.adapters.hook_client import EVENT_MAX, server_wanted, socket_folder
-from devs.adapters.hook_dialects import DIALECTS, Dialect
-from devs.adapters.hooks import (
+from devs.adapters.hooks.breaker import (
     Answer,
     Breaker,
     HookSettings,
@@ -30,6 +28,9 @@ from devs.adapters.hooks import (
     place_of,
     task_base,
 )
+from devs.adapters.hooks.client import EVENT_MAX, server_wanted, socket_folder
+from devs.adapters.hooks.dialect import Dialect
+from devs.adapters.hooks.registry import AGENTS, load
 from devs.domain import DevsError
 from devs.domain.redaction import redact
 from devs.domain.service import RecoveryApi
@@ -152,7 +153,7 @@ def refusal(
     errors = io.StringIO()
     with contextlib.redirect_stderr(errors):
         try:
-            dialect = DIALECTS[agent]
+            dialect = load(agent).dialect
             seen = dialect.read(orjson.loads(raw))
             settings = HookSettings.from_environ(environ)
             state = state_of(seen, settings, environ, Store(db, environ).identity, None)
@@ -233,12 +234,10 @@ def handle(
     ``None``), what it said on stderr, and the exit code."""
     errors = io.StringIO()
     with contextlib.redirect_stderr(errors):
-        dialect = DIALECTS.get(agent)
-        if dialect is None:
-            _say(
-                f"error: unknown agent {agent!r}: one of {', '.join(sorted(DIALECTS))}"
-            )
+        if agent not in AGENTS:
+            _say(f"error: unknown agent {agent!r}: one of {', '.join(sorted(AGENTS))}")
             return None, errors.getvalue(), 1
+        dialect = load(agent).dialect
         opened = None
         try:
             if store is None:

@@ -4,7 +4,7 @@ Claude Code, Codex and OpenHands run a command at points of their loop (a
 session starts, a tool is about to run, a tool ran or failed, the agent wants
 to stop), hand it one JSON event on stdin, and read its answer from stdout and
 its exit code. ``devs hook`` is that command. It reads the event in the
-agent's dialect (:mod:`devs.adapters.hook_dialects`), turns it into a
+agent's dialect (:mod:`devs.adapters.hooks.dialect`), turns it into a
 :class:`Seen` (what happened, in the referee's terms), decides with the
 service (:class:`Breaker`, any :class:`~devs.domain.service.RecoveryApi`: the
 local store, or ``devs serve`` when ``DEVS_URL`` is set), and answers with an

@@ -1,8 +1,8 @@
 """The hook server: answers the installed hooks' calls for one store, holding
 the service open, so that a call costs a process start of the standard
-library and about 10 ms of deciding (:mod:`devs.adapters.hook_client`).
+library and about 10 ms of deciding (:mod:`devs.adapters.hooks.client`).
 
-    python -m devs.adapters.hook_server SOCKET [--db DB]
+    python -m devs.adapters.hooks.server SOCKET [--db DB]
 
 Started by the first hook call that finds none; ends after
 ``DEVS_HOOK_SERVER_IDLE`` seconds (default 600) without a call, or on
@@ -23,7 +23,7 @@ meanwhile.
 The calls themselves are answered one at a time, in this (the main) thread,
 in the order their requests became whole (the order of connection among
 those that did at once), each as ``devs hook`` answers it in process
-(:func:`devs.adapters.hook_runner.handle`), with the caller's settings
+(:func:`devs.adapters.hooks.runner.handle`), with the caller's settings
 (``DEVS_*``) and folder: its timeout is a SIGALRM and its messages a swapped
 ``sys.stderr``, which only the main thread may use, and SQLite takes one
 writer at a time anyway. So two calls for one task (of one session, or
@@ -47,8 +47,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from devs.adapters.hook_client import DEFAULT_IDLE, EVENT_MAX, IDLE_ENV, MAX_IDLE
-from devs.adapters.hook_runner import Store, handle
+from devs.adapters.hooks.client import DEFAULT_IDLE, EVENT_MAX, IDLE_ENV, MAX_IDLE
+from devs.adapters.hooks.runner import Store, handle
 
 HEADER_MAX = 1024 * 1024
 READ_DEADLINE = 5.0
@@ -74,7 +74,7 @@ def idle_seconds() -> float:
 class Reading:
     """A connection whose request is being read: the length of the header
     (4 bytes), the header (JSON), the length of the event (8 bytes), the
-    event (:func:`devs.adapters.hook_client.frame`)."""
+    event (:func:`devs.adapters.hooks.client.frame`)."""
 
     def __init__(self, connection: socket.socket, number: int, due: float) -> None:
         self.connection = connection
@@ -334,7 +334,7 @@ def answer_one(header: dict[str, Any], raw: bytes, store: Store) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m devs.adapters.hook_server")
+    parser = argparse.ArgumentParser(prog="python -m devs.adapters.hooks.server")
     parser.add_argument("socket", type=Path)
     parser.add_argument("--db", default=None)
     args = parser.parse_args(argv)

@@ -84,55 +84,6 @@ class Layout:
         data.update(container)
 
 
-CLAUDE_CODE = Layout(
-    agent="claude-code",
-    project_file=".claude/settings.json",
-    user_file=".claude/settings.json",
-    events=(
-        ("SessionStart", None),
-        ("PreToolUse", "*"),
-        ("PostToolUse", "Bash|Edit|Write|MultiEdit|NotebookEdit"),
-        ("PostToolUseFailure", "Bash"),
-        ("Stop", None),
-    ),
-)
-CODEX = Layout(
-    agent="codex",
-    project_file=".codex/hooks.json",
-    user_file=".codex/hooks.json",
-    events=(
-        ("SessionStart", None),
-        ("PreToolUse", "*"),
-        ("PostToolUse", "Bash|apply_patch"),
-        ("Stop", None),
-    ),
-)
-OPENHANDS = Layout(
-    agent="openhands",
-    project_file=".openhands/hooks.json",
-    user_file=".openhands/hooks.json",
-    events=(
-        ("session_start", None),
-        ("pre_tool_use", "*"),
-        (
-            "post_tool_use",
-            "terminal|execute_bash|bash|file_editor|str_replace_editor"
-            "|planning_file_editor",
-        ),
-        ("stop", None),
-    ),
-    wrapped=False,
-    aliases=(
-        ("session_start", "SessionStart"),
-        ("pre_tool_use", "PreToolUse"),
-        ("post_tool_use", "PostToolUse"),
-        ("stop", "Stop"),
-    ),
-)
-LAYOUTS: dict[str, Layout] = {
-    layout.agent: layout for layout in (CLAUDE_CODE, CODEX, OPENHANDS)
-}
-
 _OWN = re.compile(
     r"(?:^|[\s/'\"])devs['\"]?(?:\s+\S+)*?\s+hook\s+(?P<agent>[a-z-]+)\s*$"
 )

@@ -1,0 +1,109 @@
+"""Codex's hooks: Claude Code's protocol with Codex's differences.
+
+Hooks reference: https://developers.openai.com/codex/hooks (docs/agents.md
+has what the real binary honours, measured by tests/agents).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from devs.adapters.hooks.breaker import Answer, Seen, answer_json
+from devs.adapters.hooks.claude_code import CLAUDE_EVENTS, ClaudeCode
+from devs.adapters.hooks.dialect import Agent, judged_by_output, text_of
+from devs.adapters.hooks.install import Layout
+
+PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update) File: (.{1,4096})$", re.MULTILINE)
+"""A file an ``apply_patch`` patch adds or changes (Codex's patch format)."""
+
+
+class Codex(ClaudeCode):
+    """Codex's hooks: Claude Code's protocol (its event, tool and field names,
+    ``hooks.json``'s shape), with three differences (docs/agents.md):
+
+    - a shell command's PostToolUse runs whether it failed or not, and its
+      ``tool_response`` is the output alone, with no exit code: the result is
+      read from the output (:func:`judged_by_output`), and a gate whose output
+      says neither is not recorded;
+    - edits come from ``apply_patch`` (its patch in ``tool_input.command``);
+    - an output field Codex does not support for an event (``continue`` and
+      ``stopReason`` on PreToolUse, any unknown key) makes it count the hook
+      as failed and run the tool anyway: each answer holds only the fields
+      Codex reads for that event.
+    """
+
+    agent = "codex"
+    events = {**CLAUDE_EVENTS}
+
+    def edits(
+        self, tool: Any, tool_input: Mapping[str, Any]
+    ) -> tuple[tuple[str, str], ...]:
+        if tool != "apply_patch":
+            return super().edits(tool, tool_input)
+        patch = text_of(tool_input.get("command"))[:1_000_000]
+        paths = ", ".join(m.group(1).strip() for m in PATCH_FILE.finditer(patch))
+        added = "\n".join(
+            line[1:]
+            for line in patch.splitlines()
+            if line.startswith("+") and not line.startswith("+++")
+        )
+        return ((paths or "(patch)", added),)
+
+    def read(self, event: Mapping[str, Any]) -> Seen:
+        seen = super().read(event)
+        if seen.kind != "post_tool" or seen.command is None:
+            return seen
+        judged = judged_by_output(seen.output)
+        if judged is None:
+            return Seen(kind="other", name=seen.name, cwd=seen.cwd, output=seen.output)
+        failed, code = judged
+        return Seen(
+            kind="post_tool",
+            name=seen.name,
+            cwd=seen.cwd,
+            command=seen.command,
+            exit_code=code,
+            failed=failed,
+            output=seen.output,
+            unjudged=judged is None,
+        )
+
+    def write(self, seen: Seen, answer: Answer) -> tuple[str | None, int]:
+        if answer.empty:
+            return None, 0
+        if seen.kind == "pre_tool":
+            if not answer.deny:
+                return None, 0
+            return answer_json(
+                {
+                    "hookSpecificOutput": {
+                        "hookEventName": seen.name,
+                        "permissionDecision": "deny",
+                        "permissionDecisionReason": answer.deny,
+                    }
+                }
+            ), 0
+        return super().write(seen, answer)
+
+
+CODEX = Layout(
+    agent="codex",
+    project_file=".codex/hooks.json",
+    user_file=".codex/hooks.json",
+    events=(
+        ("SessionStart", None),
+        ("PreToolUse", "*"),
+        ("PostToolUse", "Bash|apply_patch"),
+        ("Stop", None),
+    ),
+)
+
+AGENT = Agent(
+    name="codex",
+    title="Codex",
+    dialect=Codex(),
+    layout=CODEX,
+    docs="https://developers.openai.com/codex/hooks",
+)
