@@ -12,7 +12,11 @@ work is linear in the window:
 - a strategy *revisits* when it is within the blacklist's Levenshtein distance
   (:func:`devs.domain.blacklist.similar`) of the strategy one or two failures
   back, or equals (after case folding and collapsing whitespace) any strategy
-  earlier in the window;
+  earlier in the window. A strategy that records the changes themselves
+  (:func:`recorded_changes`: ``edit PATH: NEW TEXT``, ``ran: COMMAND``, as
+  the coding agents' hooks and ``devs gate run`` write it) revisits only when
+  it is equal: two one-line fixes (``return a * b``, ``return b - a``) share
+  nearly all their text and are two different fixes;
 - an error *revisits* when its error hash (the SHA-256 of the redacted output,
   or of the error message when there is no output: identical outputs have
   identical hashes) was seen earlier in the window.
@@ -208,9 +212,25 @@ def _normalised(strategy: str) -> str:
     return " ".join(strategy.casefold().split())
 
 
+CHANGES = re.compile(r"(?:edit [^\n]{1,600}?: |ran: )")
+"""How a strategy made of recorded changes opens (the hooks' format)."""
+
+
+def recorded_changes(strategy: str) -> bool:
+    """Whether ``strategy`` lists the changes themselves (an edit's path and
+    new text, a command run) rather than telling an approach in words."""
+    return CHANGES.match(strategy) is not None
+
+
 @functools.lru_cache(maxsize=4096)
 def _similar(a: str | None, b: str | None) -> bool:
-    return a is not None and b is not None and (a == b or blacklist.similar(a, b))
+    if a is None or b is None:
+        return False
+    if a == b:
+        return True
+    if recorded_changes(a) or recorded_changes(b):
+        return False  # what changed differs: another fix, however alike
+    return blacklist.similar(a, b)
 
 
 def _progress(window: Sequence[Failure]) -> list[bool]:

@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 import orjson
 
+from devs.domain import blacklist
 from devs.domain.chart import FINISHED, WAITING, WORKING, TaskState
 from devs.domain.decisions import Outcome, TaskSummary
 from devs.domain.errors import AlreadyExists, InvalidInput, NotFound
@@ -126,6 +127,9 @@ class Seen:
     """A shell tool's command line."""
     edits: tuple[tuple[str, str], ...] = ()
     """An editing tool's changes, each a path and its new text."""
+    edits_now: bool = False
+    """The agent sends no event after these edits (Codex's ``apply_patch``
+    run as a shell command): they count when announced, on ``pre_tool``."""
     exit_code: int | None = None
     failed: bool = False
     output: str = ""
@@ -570,6 +574,55 @@ def command_change(command: str) -> str:
     return f"ran: {_one_line(command, COMMAND_TEXT_MAX)}"
 
 
+_LOOKING = frozenset(
+    {
+        "ls",
+        "cat",
+        "head",
+        "tail",
+        "grep",
+        "rg",
+        "find",
+        "pwd",
+        "wc",
+        "which",
+        "tree",
+        "stat",
+        "file",
+        "less",
+        "more",
+        "echo",
+        "true",
+    }
+)
+_GIT_LOOKING = frozenset(
+    {"status", "diff", "log", "show", "branch", "rev-parse", "blame", "ls-files"}
+)
+_SHELL_SYNTAX = re.compile(r"[;&|<>`$()\\\n]")
+
+
+def looks_only(command: str) -> bool:
+    """Whether ``command`` only looks (``git status``, ``ls``, ``cat x``): one
+    command of a known read-only program, no redirection, pipe, list or
+    substitution. Such a command changes nothing: it is no part of a
+    strategy (``ran: git status`` is not a fix)."""
+    if len(command) > COMMAND_TEXT_MAX or _SHELL_SYNTAX.search(command):
+        return False
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    if not words:
+        return False
+    program = os.path.basename(words[0])
+    if program == "git":
+        rest = words[1:]
+        while rest and rest[0].startswith("-"):
+            rest = rest[2:] if rest[0] in ("-C", "-c") else rest[1:]
+        return bool(rest) and rest[0] in _GIT_LOOKING
+    return program in _LOOKING
+
+
 def strategy_of(changes: Sequence[str], command: str) -> str:
     """A gate's strategy: what changed since the last gate (the edits, the
     other commands), at most ``STRATEGY_MAX`` characters. The gate's command
@@ -631,6 +684,15 @@ def exit_code_in(text: str) -> int | None:
 # ============================================================== the breaker
 
 RESUME_HINT = "devs resume {task} --actor NAME --reason WHY"
+REVERT = (
+    "These changes are still in the working tree ({files}): revert them "
+    "(git checkout -- FILE, or undo the edit) before you run the tests again."
+)
+"""Said with a refused strategy: the next test run over the same tree would
+be the same strategy, refused again."""
+NUDGE_LESSONS = 20
+"""The most recent failed strategies a nudge lists."""
+_EDITED = re.compile(r"edit (.{1,500}?): ")
 
 
 def stop_reason(summary: TaskSummary, cli: str = "devs") -> str:
@@ -812,9 +874,17 @@ class Breaker:
             _, summary = self._current(record)
         self._remember(record, summary)
         if summary is None or summary.state in FINISHED:
+            if seen.edits_now:
+                self._changed(record, seen)
             return NOTHING
         if stopped(summary):
-            return Answer(deny=record.stopped)
+            # Refused, and the agent halted where its protocol can say so
+            # here: Claude Code ignores a halt on PostToolUseFailure, so its
+            # next tool call is where the turn ends (docs/agents.md).
+            return Answer(deny=record.stopped, halt=record.stopped)
+        if seen.edits_now:
+            self._changed(record, seen)
+            return NOTHING
         if not gate or not record.changes:
             # Nothing changed since the last gate: a rerun is no new
             # strategy; the ladder counts its failure all the same.
@@ -828,7 +898,8 @@ class Breaker:
             return NOTHING
         after = self.api.task(summary.task_id)
         self._remember(record, after)
-        record.changes = []
+        # The refused changes stay pending: they are still in the working
+        # tree, and a gate run over them again is this strategy again.
         directive = decision.directive
         if len(directive) > DIRECTIVE_SHOWN:  # the agents cap a reason at 10,000
             directive = directive[:DIRECTIVE_SHOWN] + "\n[...]"
@@ -836,12 +907,26 @@ class Breaker:
             part
             for part in (
                 "This strategy already failed and must not be tried again.",
+                REVERT.format(files=self._files(record.changes)),
                 directive,
                 record.stopped,
             )
             if part
         )
         return Answer(deny=reason, halt=record.stopped)
+
+    def _files(self, changes: Sequence[str]) -> str:
+        """The files the pending edits name (for the agent to revert)."""
+        named: list[str] = []
+        for change in changes:
+            found = _EDITED.match(change)
+            if found and found.group(1) not in named:
+                named.append(found.group(1))
+        return ", ".join(named[:20]) or "the changes since the last test run"
+
+    def _changed(self, record: HookRecord, seen: Seen) -> None:
+        made = [redact(edit_change(self._shown(p), t)) for p, t in seen.edits]
+        record.changes = [*record.changes, *made][-PENDING_MAX:]
 
     def _failed_before(self, task_id: str, strategy: str) -> bool:
         """Whether these very changes (whitespace aside) failed before.
@@ -859,12 +944,13 @@ class Breaker:
 
     def _post_tool(self, seen: Seen, record: HookRecord) -> Answer:
         if seen.edits:
-            made = [redact(edit_change(self._shown(p), t)) for p, t in seen.edits]
-            record.changes = [*record.changes, *made][-PENDING_MAX:]
+            self._changed(record, seen)
             return NOTHING
         if not seen.command:
             return NOTHING
         if not self.is_gate(seen.command):
+            if looks_only(seen.command):
+                return NOTHING  # changes nothing: no part of a strategy
             record.changes = [*record.changes, redact(command_change(seen.command))][
                 -PENDING_MAX:
             ]
@@ -909,14 +995,27 @@ class Breaker:
             self._remember(record, after)
             return Answer(halt=record.stopped)
         record.stopped = None
-        policy = summary.policy
         return Answer(
-            context=(
-                f"devs-recovery: gate failed ({decision.consecutive_failures} "
-                f"in a row; a human is asked at {policy.escalation_threshold}). "
-                f"First error: {first}. Do not repeat a change that already failed."
-            )
+            context=self._nudge(summary, decision.consecutive_failures, first)
         )
+
+    def _nudge(self, summary: TaskSummary, failures: int, first: str) -> str:
+        """What a failed gate below the thresholds tells the agent: the count,
+        the error, and every strategy that failed so far as the blacklist's
+        directive (the same words a refusal would use), so that the agent
+        changes course before a human is asked."""
+        head = (
+            f"devs-recovery: gate failed ({failures} in a row; a human is asked "
+            f"at {summary.policy.escalation_threshold}). First error: {first}. "
+            "Do not repeat a change that already failed: try a different approach."
+        )
+        failed = [
+            lesson.failed_strategy for lesson in self.api.lessons(summary.task_id)
+        ]
+        said = blacklist.directive(failed[-NUDGE_LESSONS:])
+        if len(said) > DIRECTIVE_SHOWN:
+            said = said[:DIRECTIVE_SHOWN] + "\n[...]"
+        return f"{head}\n{said}" if said else head
 
     def _shown(self, path: str) -> str:
         """A path as the strategy shows it: relative to the repository."""

@@ -17,6 +17,31 @@ from devs.adapters.hooks.install import Layout
 
 PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update) File: (.{1,4096})$", re.MULTILINE)
 """A file an ``apply_patch`` patch adds or changes (Codex's patch format)."""
+SHELL_PATCH = re.compile(r"\s{0,20}(?:cd [^\n;&|]{1,4096} && )?apply_patch\b")
+"""``apply_patch <<'EOF' … EOF`` as a shell command: how Codex edits with a
+model that has no ``apply_patch`` tool of its own."""
+
+
+def patch_edits(patch: str) -> tuple[tuple[str, str], ...]:
+    """The files a patch in Codex's format changes (one entry, the paths
+    joined) and the lines it adds."""
+    patch = patch[:1_000_000]
+    paths = ", ".join(m.group(1).strip() for m in PATCH_FILE.finditer(patch))
+    added = "\n".join(
+        line[1:]
+        for line in patch.splitlines()
+        if line.startswith("+") and not line.startswith("+++")
+    )
+    return ((paths or "(patch)", added),)
+
+
+def shell_patch(command: str | None) -> bool:
+    """Whether a shell command is ``apply_patch`` fed a patch."""
+    return (
+        command is not None
+        and SHELL_PATCH.match(command) is not None
+        and "*** Begin Patch" in command[:1_000_000]
+    )
 
 
 class Codex(ClaudeCode):
@@ -27,7 +52,10 @@ class Codex(ClaudeCode):
       ``tool_response`` is the output alone, with no exit code: the result is
       read from the output (:func:`judged_by_output`), and a gate whose output
       says neither is not recorded;
-    - edits come from ``apply_patch`` (its patch in ``tool_input.command``);
+    - edits come from ``apply_patch`` (its patch in ``tool_input.command``),
+      or from a shell command that feeds ``apply_patch`` a patch, which fires
+      PreToolUse (as ``Bash``) and no PostToolUse: that edit counts when it
+      is announced;
     - an output field Codex does not support for an event (``continue`` and
       ``stopReason`` on PreToolUse, any unknown key) makes it count the hook
       as failed and run the tool anyway: each answer holds only the fields
@@ -42,23 +70,29 @@ class Codex(ClaudeCode):
     ) -> tuple[tuple[str, str], ...]:
         if tool != "apply_patch":
             return super().edits(tool, tool_input)
-        patch = text_of(tool_input.get("command"))[:1_000_000]
-        paths = ", ".join(m.group(1).strip() for m in PATCH_FILE.finditer(patch))
-        added = "\n".join(
-            line[1:]
-            for line in patch.splitlines()
-            if line.startswith("+") and not line.startswith("+++")
-        )
-        return ((paths or "(patch)", added),)
+        return patch_edits(text_of(tool_input.get("command")))
 
     def read(self, event: Mapping[str, Any]) -> Seen:
         seen = super().read(event)
+        if shell_patch(seen.command):
+            # Codex sends no PostToolUse for it: the edit counts now.
+            if seen.kind != "pre_tool":
+                return Seen(kind="other", name=seen.name, cwd=seen.cwd)
+            return Seen(
+                kind="pre_tool",
+                name=seen.name,
+                cwd=seen.cwd,
+                edits=patch_edits(seen.command or ""),
+                edits_now=True,
+            )
         if seen.kind != "post_tool" or seen.command is None:
             return seen
         judged = judged_by_output(seen.output)
         if judged is None:
             return Seen(kind="other", name=seen.name, cwd=seen.cwd, output=seen.output)
         failed, code = judged
+        if failed and code in (None, 0):
+            code = 1  # only the runner's summary says it failed: a non-zero exit
         return Seen(
             kind="post_tool",
             name=seen.name,

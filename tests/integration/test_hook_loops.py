@@ -1,0 +1,210 @@
+"""What the real agents showed the breaker must do (tests/agents runs them):
+a stopped task's next tool call ends the agent's turn, a refused patch left
+in the working tree is still that patch, commands that only look are no
+strategy, a Codex failure has an exit code, Codex's shell ``apply_patch`` is
+an edit, and a failed gate tells the agent what failed so far."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devs.adapters.hooks.breaker import looks_only
+from devs.domain.chart import TaskState
+from tests.integration.test_hooks import Agent, fixture, red
+
+
+@pytest.fixture
+def claude(tmp_path: Path) -> Iterator[Agent]:
+    agent = Agent("claude-code", tmp_path)
+    yield agent
+    agent.service.close()
+
+
+@pytest.fixture
+def codex(tmp_path: Path) -> Iterator[Agent]:
+    agent = Agent("codex", tmp_path)
+    yield agent
+    agent.service.close()
+
+
+FIXES = ["return a * b", "return b - a", "return a ** b"]
+
+
+def write(agent: Agent, body: str) -> None:
+    agent.edit("calc.py", f"def add(a, b):\n    {body}\n")
+
+
+def looked(agent: Agent, command: str) -> Any:
+    """A command that ran and passed (Claude Code's PostToolUse of Bash)."""
+    return agent.passed(command, stdout=" M calc.py")
+
+
+def test_a_stopped_tasks_next_tool_call_is_refused_and_ends_the_turn(
+    claude: Agent,
+) -> None:
+    claude.start()
+    for n, fix in enumerate(FIXES, 1):
+        write(claude, fix)
+        claude.pre("pytest -q")
+        claude.failed("pytest -q", red(n))
+    assert claude.service.task(claude.task_id).state is TaskState.ESCALATION
+    body, code = claude.pre("ls")
+    assert code == 0
+    # Claude Code goes on after a halt on PostToolUseFailure; on PreToolUse
+    # it honours one: the call is denied and the turn ends.
+    assert body["continue"] is False
+    assert body["stopReason"].startswith("devs-recovery stopped task")
+    assert body["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert (
+        body["hookSpecificOutput"]["permissionDecisionReason"] == (body["stopReason"])
+    )
+
+
+def test_codex_is_only_denied_on_pre_tool_use(codex: Agent) -> None:
+    """Codex counts a hook that answers ``continue`` on PreToolUse as failed
+    and runs the tool: it gets the denial alone."""
+    codex.service.start_task(codex.task_id, agent="codex")
+    for n in range(3):
+        codex.service.record_gate(codex.task_id, 1, gate="pytest", error=f"E {n}")
+    body, _ = codex.send(fixture("codex", "PreToolUse-Bash"))
+    assert set(body) == {"hookSpecificOutput"}
+    assert body["hookSpecificOutput"]["permissionDecision"] == "deny"
+
+
+def test_a_refused_patch_left_in_the_tree_is_still_that_patch_after_a_resume(
+    claude: Agent,
+) -> None:
+    claude.start()
+    write(claude, FIXES[0])
+    claude.failed("pytest -q", red(1))
+    write(claude, FIXES[1])
+    claude.failed("pytest -q", red(2))
+    write(claude, FIXES[0])  # the first fix again
+    body, _ = claude.pre("pytest -q")
+    reason = body["hookSpecificOutput"]["permissionDecisionReason"]
+    assert "already failed" in reason
+    assert "still in the working tree (calc.py)" in reason
+    assert "revert" in reason
+    # refused, and counted: the third failure escalates
+    assert claude.service.task(claude.task_id).state is TaskState.ESCALATION
+    claude.service.resume(claude.task_id, actor="alice", reason="go on")
+    # The agent looks, then runs the tests over the same tree: the same
+    # strategy, refused again, not a new one called "ran: git status".
+    assert claude.pre("git status --short") == (None, 0)
+    assert looked(claude, "git status --short") == (None, 0)
+    body, _ = claude.pre("pytest -q")
+    assert "already failed" in body["hookSpecificOutput"]["permissionDecisionReason"]
+    strategies = [x.failed_strategy for x in claude.service.lessons(claude.task_id)]
+    assert not any("git status" in s for s in strategies)
+
+
+def test_a_revert_and_a_new_fix_after_a_refusal_is_a_new_strategy(
+    claude: Agent,
+) -> None:
+    claude.start()
+    write(claude, FIXES[0])
+    claude.failed("pytest -q", red(1))
+    write(claude, FIXES[0])
+    body, _ = claude.pre("pytest -q")
+    assert "already failed" in body["hookSpecificOutput"]["permissionDecisionReason"]
+    claude.service.resume(claude.task_id, actor="alice", reason="go on")
+    write(claude, FIXES[2])
+    assert claude.pre("pytest -q") == (None, 0)
+    claude.failed("pytest -q", red(3))
+    newest = claude.service.lessons(claude.task_id)[-1].failed_strategy
+    assert FIXES[2] in newest
+
+
+@pytest.mark.parametrize(
+    ("command", "only"),
+    [
+        ("git status --short", True),
+        ("git -C repo diff", True),
+        ("ls -la", True),
+        ("cat calc.py", True),
+        ("/usr/bin/grep -n add calc.py", True),
+        ("git checkout -- calc.py", False),
+        ("git stash", False),
+        ("cat calc.py > other.py", False),
+        ("ls; rm -rf build", False),
+        ("sed -i s/a/b/ calc.py", False),
+        ("echo $(rm x)", False),
+        ("git", False),
+        ("cat 'unclosed", False),
+        ("", False),
+    ],
+)
+def test_commands_that_only_look_are_no_change(command: str, only: bool) -> None:
+    assert looks_only(command) is only
+
+
+def test_a_failure_codex_reads_from_the_runners_summary_has_exit_code_1(
+    codex: Agent,
+) -> None:
+    failed = fixture("codex", "PostToolUse-Bash")
+    failed["tool_input"] = {"command": "python -m pytest -q"}
+    failed["tool_response"] = "F\nE   assert 0 == 5\n1 failed in 0.02s\n"
+    codex.send(failed)
+    failure = codex.service.task(codex.task_id).failure_history[-1]
+    assert failure.exit_code == 1
+    assert failure.reason == "NON_ZERO_EXIT"
+
+
+PATCH = (
+    "apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: calc.py\n@@\n"
+    "-    pass\n+    return a * b\n*** End Patch\nEOF\n"
+)
+
+
+def test_codex_apply_patch_through_the_shell_is_an_edit(codex: Agent) -> None:
+    pre = fixture("codex", "PreToolUse-Bash")
+    pre["tool_input"] = {"command": PATCH}
+    assert codex.send(dict(pre)) == (None, 0)
+    after = fixture("codex", "PostToolUse-Bash")
+    after["tool_input"] = {"command": PATCH}
+    after["tool_response"] = "Success. Updated the following files:\nM calc.py\n"
+    assert codex.send(after) == (None, 0)  # counted once, when announced
+    failed = fixture("codex", "PostToolUse-Bash")
+    failed["tool_input"] = {"command": "pytest -q"}
+    failed["tool_response"] = "E   assert 6 == 5\n1 failed in 0.02s\n"
+    codex.send(failed)
+    (lesson,) = codex.service.lessons(codex.task_id)
+    assert lesson.failed_strategy == "edit calc.py:     return a * b"
+    # The same patch again is refused before the tests run.
+    codex.send(dict(pre))
+    gate = fixture("codex", "PreToolUse-Bash")
+    gate["tool_input"] = {"command": "pytest -q"}
+    body, _ = codex.send(gate)
+    assert "already failed" in body["hookSpecificOutput"]["permissionDecisionReason"]
+
+
+def test_a_failed_gate_tells_the_agent_every_strategy_that_failed(
+    claude: Agent,
+) -> None:
+    claude.start()
+    write(claude, FIXES[0])
+    claude.failed("pytest -q", red(1))
+    write(claude, FIXES[1])
+    body, _ = claude.failed("pytest -q", red(2))
+    context = body["hookSpecificOutput"]["additionalContext"]
+    assert "gate failed (2 in a row; a human is asked at 3)" in context
+    assert "MUST NOT be used" in context
+    assert FIXES[0] in context
+    assert FIXES[1] in context
+
+
+def test_two_different_one_line_fixes_are_not_the_same_strategy(
+    claude: Agent,
+) -> None:
+    claude.start()
+    for n, fix in enumerate(FIXES[:2], 1):
+        write(claude, fix)
+        claude.failed("pytest -q", red(n))
+    stuck = claude.service.task(claude.task_id).stuck
+    assert stuck is not None
+    assert stuck.strategy_revisits == 0
+    assert "same strategy" not in stuck.summary
