@@ -111,8 +111,19 @@ _ERROR_WORDS = re.compile(
 # The agent's event, in the referee's terms.
 
 EventKind = Literal[
-    "session_start", "pre_tool", "post_tool", "post_tool_failure", "stop", "other"
+    "session_start",
+    "prompt",
+    "pre_tool",
+    "post_tool",
+    "post_tool_failure",
+    "batch",
+    "stop",
+    "other",
 ]
+"""What an event is to the breaker: ``prompt`` a user's prompt about to be
+sent to the model, ``batch`` the tool calls of one model answer all done
+(the last point before the next model request: Claude Code's
+``PostToolBatch``)."""
 
 
 @dataclass(frozen=True)
@@ -854,6 +865,18 @@ class Breaker:
             return self._post_tool(seen, record)
         if seen.kind == "stop":
             return self._stop(seen, record)
+        if seen.kind in ("prompt", "batch"):
+            return self._held(record)
+        return NOTHING
+
+    def _held(self, record: HookRecord) -> Answer:
+        """Before the next model request (a prompt, the end of a batch of
+        tool calls): a stopped task halts the agent there, so the model is
+        not asked again."""
+        _, summary = self._current(record)
+        self._remember(record, summary)
+        if summary is not None and stopped(summary):
+            return Answer(halt=record.stopped)
         return NOTHING
 
     def _session_start(self, record: HookRecord) -> Answer:

@@ -21,9 +21,11 @@ from devs.adapters.hooks.install import Layout
 
 CLAUDE_EVENTS: dict[str, EventKind] = {
     "SessionStart": "session_start",
+    "UserPromptSubmit": "prompt",
     "PreToolUse": "pre_tool",
     "PostToolUse": "post_tool",
     "PostToolUseFailure": "post_tool_failure",
+    "PostToolBatch": "batch",
     "Stop": "stop",
 }
 """The events the breaker acts on, by Claude Code's names; any other event
@@ -122,8 +124,14 @@ class ClaudeCode:
             return None, 0
         body: dict[str, Any] = {}
         if answer.halt:
+            # Honoured on PreToolUse (with the denial), PostToolUse,
+            # PostToolBatch and UserPromptSubmit; ignored on
+            # PostToolUseFailure (tests/agents). systemMessage is what the
+            # user is shown (stream-json, the terminal); the prompt's halt
+            # is printed even by `claude -p` in text mode.
             body["continue"] = False
             body["stopReason"] = answer.halt
+            body["systemMessage"] = answer.halt
         specific: dict[str, Any] = {}
         if answer.deny and seen.kind == "pre_tool":
             specific = {
@@ -151,9 +159,11 @@ CLAUDE_CODE = Layout(
     user_file=".claude/settings.json",
     events=(
         ("SessionStart", None),
+        ("UserPromptSubmit", None),
         ("PreToolUse", "*"),
         ("PostToolUse", "Bash|Edit|Write|MultiEdit|NotebookEdit"),
         ("PostToolUseFailure", "Bash"),
+        ("PostToolBatch", None),
         ("Stop", None),
     ),
 )

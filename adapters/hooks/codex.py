@@ -119,7 +119,22 @@ class Codex(ClaudeCode):
                     }
                 }
             ), 0
-        return super().write(seen, answer)
+        if answer.halt and seen.kind in ("post_tool", "prompt"):
+            # Nothing halts Codex within a turn (tests/agents): a block gives
+            # the model the reason in place of the tool's output and prints
+            # it on stderr; on a prompt it keeps the model from being asked.
+            return answer_json({"decision": "block", "reason": answer.halt}), 0
+        body: dict[str, Any] = {}
+        if answer.context and seen.kind in ("session_start", "prompt", "post_tool"):
+            # A developer message the model reads before the tool's output.
+            body["hookSpecificOutput"] = {
+                "hookEventName": seen.name,
+                "additionalContext": answer.context,
+            }
+        if answer.block and seen.kind == "stop":
+            body["decision"] = "block"
+            body["reason"] = answer.block
+        return (answer_json(body) if body else None), 0
 
 
 CODEX = Layout(
@@ -128,6 +143,7 @@ CODEX = Layout(
     user_file=".codex/hooks.json",
     events=(
         ("SessionStart", None),
+        ("UserPromptSubmit", None),
         ("PreToolUse", "*"),
         ("PostToolUse", "Bash|apply_patch"),
         ("Stop", None),

@@ -408,7 +408,9 @@ def test_codex_reads_the_result_from_the_output_and_answers_only_what_it_reads(
             f"E  assert {n} == 1\n===== {n + 1} failed in 0.1s ====="
         )
         body, code = codex.send(dict(failed))
-    assert body == {"continue": False, "stopReason": body["stopReason"]}
+    # Nothing halts Codex within a turn: the model gets the reason in place
+    # of the output (a block, which Codex also prints on stderr).
+    assert body == {"decision": "block", "reason": body["reason"]}
     task = codex.service.task(codex.task_id)
     assert task.state is TaskState.ESCALATION
     assert task.agent == "codex"

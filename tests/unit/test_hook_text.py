@@ -331,7 +331,13 @@ def test_codex_entries_are_claude_codes_shape_in_codex_hooks_json(
     command = hook_command("/bin/devs", "/data/x.sqlite", "codex")
     install(CODEX, path, command)
     data = orjson.loads(path.read_bytes())
-    assert set(data["hooks"]) == {"SessionStart", "PreToolUse", "PostToolUse", "Stop"}
+    assert set(data["hooks"]) == {
+        "SessionStart",
+        "UserPromptSubmit",
+        "PreToolUse",
+        "PostToolUse",
+        "Stop",
+    }
     assert data["hooks"]["PostToolUse"][0]["matcher"] == "Bash|apply_patch"
     # Claude Code's entries in the same folder's other file are not Codex's.
     assert status(CLAUDE_CODE, path).events == ()

@@ -1,0 +1,115 @@
+"""The real Claude Code (``claude -p``) with the breaker installed as a user
+installs it, against a scripted model on loopback: the loop is stopped at the
+third failing test run, the user sees why, tools stay refused until a human
+answers, the same patch is refused, the hand-off comes at five, and Stop is
+blocked once while the tests are red."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from devs.domain.chart import TaskState
+from tests.agents.claude_code import ClaudeHandler, run_claude, write_config
+from tests.agents.conftest import agent_binary
+from tests.agents.lane import RIGHT, WRONG, Project, attempt, loop
+from tests.agents.script import Say, Script, serving
+
+PROMPT = "Make the tests pass."
+STREAM = ("--output-format", "stream-json", "--verbose")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    agent_binary("claude-code")
+    made = Project(tmp_path, "claude-code")
+    made.install()
+    return made
+
+
+def system_messages(stdout: str) -> list[str]:
+    """What stream-json shows the user of the hooks' ``systemMessage``."""
+    said = []
+    for line in stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("type") == "system" and isinstance(event.get("content"), str):
+            said.append(event["content"])
+    return said
+
+
+def test_the_loop_stops_at_the_third_failure_until_a_human_answers(
+    project: Project,
+) -> None:
+    script = Script([*loop(*WRONG[:5]), *attempt(RIGHT)])
+    with serving(ClaudeHandler, script) as fake:
+        env = write_config(project.home, project.repo, fake.url)
+        first = run_claude(project.repo, PROMPT, env, STREAM)
+        assert first.returncode == 0, first.stderr
+        # The third failing run ends the turn: no model request carries its
+        # result (six tool calls ran: three writes, three test runs).
+        assert script.furthest() == 5
+        task = project.task()
+        assert task.state is TaskState.ESCALATION
+        assert task.consecutive_failures == 3
+        # The user is shown why, and the command that lets it go on.
+        shown = "\n".join(system_messages(first.stdout))
+        assert f"devs-recovery stopped task {project.task_id}" in shown
+        assert f"resume {project.task_id} --actor NAME --reason WHY" in shown
+
+        # A session continued without a human's answer is stopped at once:
+        # in plain text mode too, the user reads the reason.
+        before = len(script.turns)
+        again = run_claude(project.repo, "Go on.", env, ("--continue",))
+        assert again.returncode == 0, again.stderr
+        assert "devs-recovery stopped task" in again.stdout
+        assert len(script.turns) == before  # the model was not asked
+
+        # A human resumes: the session goes on, and stops at the fourth.
+        project.resume()
+        run_claude(project.repo, "Go on.", env, ("--continue",))
+        assert script.furthest() == 7
+        assert project.task().consecutive_failures == 4
+        assert project.task().state is TaskState.ESCALATION
+        project.resume()
+        run_claude(project.repo, "Go on.", env, ("--continue",))
+        assert script.furthest() == 9
+        # The fifth failure hands the task off.
+        assert project.task().state is TaskState.HAND_OFF
+        assert project.task().consecutive_failures == 5
+
+
+def test_the_same_patch_again_is_refused_before_the_tests_run(
+    project: Project,
+) -> None:
+    script = Script(loop(WRONG[0], WRONG[1], WRONG[0]))
+    with serving(ClaudeHandler, script) as fake:
+        env = write_config(project.home, project.repo, fake.url)
+        done = run_claude(project.repo, PROMPT, env, STREAM)
+        assert done.returncode == 0, done.stderr
+    # The third test run was refused: its result is the refusal, and the turn
+    # ended there.
+    assert script.furthest() == 5
+    task = project.task()
+    assert task.state in (TaskState.PAUSED, TaskState.ESCALATION)
+    assert [f.kind for f in task.failure_history][-1] != "gate"
+    shown = "\n".join(system_messages(done.stdout))
+    assert "devs-recovery stopped task" in shown
+
+
+def test_stop_is_blocked_once_while_the_tests_are_red(project: Project) -> None:
+    script = Script([*attempt(WRONG[0]), Say("Done.")])
+    with serving(ClaudeHandler, script) as fake:
+        env = write_config(project.home, project.repo, fake.url)
+        done = run_claude(project.repo, PROMPT, env)
+        assert done.returncode == 0, done.stderr
+    final = [r for r in script.turns if r.results == 2]
+    # Refused once (the model was asked again, told the gate is red), then
+    # let go: two requests after the failing run, no more.
+    assert len(final) == 2
+    assert "the gate is red" in json.dumps(final[1].body)
+    assert project.task().consecutive_failures == 1

@@ -1,0 +1,92 @@
+"""The real Codex (``codex exec``) with the breaker installed as a user
+installs it, its hooks trusted as ``/hooks`` trusts them, against a scripted
+model on loopback.
+
+Nothing halts Codex within a turn (docs/agents.md): the strongest it honours
+is a refusal of every tool call, the reason in place of the failing run's
+output (and on stderr), and a prompt refused before the model is asked."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devs.domain.chart import TaskState
+from tests.agents.codex import CodexHandler, patch_command, run_codex, trust_hooks
+from tests.agents.codex import write_config as codex_config
+from tests.agents.conftest import agent_binary
+from tests.agents.lane import RIGHT, WRONG, Project, attempt, calc, loop
+from tests.agents.script import Script, Shell, Write, serving
+
+PROMPT = "Make the tests pass."
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    agent_binary("codex")
+    made = Project(tmp_path, "codex")
+    made.install()
+    return made
+
+
+def trusted(project: Project, url: str) -> None:
+    codex_config(project.home, url, trusted=[project.repo])
+    assert trust_hooks(project.home, project.repo)
+
+
+class ShellPatches(CodexHandler):
+    """A model without Codex's ``apply_patch`` tool: it edits with
+    ``apply_patch <<'EOF'`` in the shell."""
+
+    def call_for(self, step: Shell | Write, tools: Sequence[str]) -> dict[str, Any]:
+        if isinstance(step, Write):
+            step = Shell(patch_command(step.path, step.content))
+        return super().call_for(step, tools)
+
+
+def test_every_tool_is_refused_after_the_third_failure_until_a_human_answers(
+    project: Project,
+) -> None:
+    script = Script([*loop(*WRONG[:4]), *attempt(RIGHT)])
+    with serving(CodexHandler, script) as fake:
+        trusted(project, fake.url)
+        first = run_codex(project.repo, PROMPT, project.home)
+        assert first.returncode == 0, first.stderr
+        task = project.task()
+        assert task.state is TaskState.ESCALATION
+        assert task.consecutive_failures == 3
+        assert task.failure_history[-1].exit_code == 1
+        # Every later tool call was refused: the fourth fix never reached
+        # the tree, no test ran again; the user reads why on stderr.
+        assert (project.repo / "calc.py").read_text() == calc(WRONG[2])
+        assert f"devs-recovery stopped task {project.task_id}" in first.stderr
+        # Continued without a human's answer: the prompt is refused.
+        before = len(script.turns)
+        again = run_codex(project.repo, "Go on.", project.home, resume=True)
+        assert len(script.turns) == before, again.stderr
+        # A human resumes: the session goes on (every refused call is in its
+        # history: the script's next steps come after them) and passes.
+        project.resume()
+        script.steps = [*script.steps, *attempt(RIGHT)]
+        run_codex(project.repo, "Go on.", project.home, resume=True)
+    assert project.task().state is TaskState.COMPLETED
+
+
+def test_edits_through_the_shell_are_recorded_and_the_same_patch_refused(
+    project: Project,
+) -> None:
+    script = Script(loop(WRONG[0], WRONG[1], WRONG[0]))
+    with serving(ShellPatches, script) as fake:
+        trusted(project, fake.url)
+        done = run_codex(project.repo, PROMPT, project.home)
+        assert done.returncode == 0, done.stderr
+    lessons = project.lessons()
+    assert len(lessons) == 2
+    assert all(x.startswith("edit calc.py:") for x in lessons)
+    task = project.task()
+    assert task.consecutive_failures == 3  # two runs, and the refusal
+    assert [f.kind for f in task.failure_history].count("gate") == 2
+    assert "already failed" in done.stderr
