@@ -23,6 +23,9 @@ AGENTS: dict[str, str] = {
     "claude-code": "claude_code",
     "codex": "codex",
     "openhands": "openhands",
+    "gemini": "gemini",
+    "copilot": "copilot",
+    "cursor": "cursor",
 }
 
 

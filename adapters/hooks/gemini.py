@@ -1,0 +1,148 @@
+"""Gemini CLI's hooks: JSON on stdin, JSON on stdout (which Gemini CLI reads
+before the exit code).
+
+Hooks reference: https://geminicli.com/docs/hooks/reference (the package
+ships it under ``bundle/docs/hooks/``). What the real binary (0.61.0) does,
+measured by tests/agents:
+
+- the events are ``SessionStart``, ``BeforeAgent`` (a prompt),
+  ``BeforeTool``, ``AfterTool``, ``AfterAgent`` (the agent would stop); the
+  tools ``run_shell_command`` (``command``), ``write_file`` (``file_path``,
+  ``content``) and ``replace`` (``old_string``, ``new_string``);
+- a shell command's result is ``tool_response.llmContent``, whose
+  ``Exit Code: N`` line is there only when the command failed;
+- ``{"continue": false, "stopReason": …}`` ends the session on
+  ``AfterTool``, ``BeforeTool`` (the tool does not run) and ``BeforeAgent``
+  (no model request); ``systemMessage`` is what the user reads, on stderr, in
+  every output mode; a denial is ``{"decision": "deny", "reason": …}`` (the
+  model gets the reason as the tool's result); ``additionalContext`` reaches
+  the model after the tool's result;
+- a hook's ``timeout`` is in milliseconds;
+- project hooks load only in a trusted folder (trust is on by default:
+  ``~/.gemini/trustedFolders.json``, or ``GEMINI_CLI_TRUST_WORKSPACE=true``);
+  headless in an untrusted folder Gemini CLI exits 55.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from devs.adapters.hooks.breaker import Answer, EventKind, Seen, answer_json
+from devs.adapters.hooks.dialect import Agent, event_name, mapping_in, text_of
+from devs.adapters.hooks.install import Layout
+
+GEMINI_EVENTS: dict[str, EventKind] = {
+    "SessionStart": "session_start",
+    "BeforeAgent": "prompt",
+    "BeforeTool": "pre_tool",
+    "AfterTool": "post_tool",
+    "AfterAgent": "stop",
+}
+SHELL = "run_shell_command"
+EXIT_CODE = re.compile(r"^Exit Code: (-?\d{1,10})$", re.MULTILINE)
+"""The line of ``llmContent`` that says a command failed, and its code."""
+
+
+class Gemini:
+    """Gemini CLI's protocol."""
+
+    agent = "gemini"
+
+    def read(self, event: Mapping[str, Any]) -> Seen:
+        name = event_name(event)
+        kind = GEMINI_EVENTS.get(name, "other")
+        cwd = event.get("cwd")
+        tool = event.get("tool_name")
+        tool_input = mapping_in(event, "tool_input")
+        command = None
+        if tool == SHELL:
+            given = tool_input.get("command")
+            command = given if isinstance(given, str) and given else None
+        edits: tuple[tuple[str, str], ...] = ()
+        if kind in ("pre_tool", "post_tool") and tool in ("write_file", "replace"):
+            text = tool_input.get("content", tool_input.get("new_string"))
+            edits = ((text_of(tool_input.get("file_path")), text_of(text)),)
+        output, exit_code, failed, unjudged = "", None, False, False
+        if kind == "post_tool" and command is not None:
+            response = mapping_in(event, "tool_response")
+            content = text_of(response.get("llmContent"))
+            shown = response.get("returnDisplay")
+            output = shown if isinstance(shown, str) and shown else content
+            found = EXIT_CODE.search(content[-20_000:])
+            if response.get("error"):
+                # The tool itself failed (cancelled, timed out): not a result.
+                unjudged = True
+            elif found is not None:
+                exit_code = int(found.group(1))
+                failed = exit_code != 0
+            else:
+                exit_code = 0
+        if (
+            kind == "post_tool"
+            and edits
+            and mapping_in(event, "tool_response").get("error")
+        ):
+            edits = ()  # the edit did not apply
+        return Seen(
+            kind=kind,
+            name=name,
+            cwd=cwd if isinstance(cwd, str) else None,
+            command=command,
+            edits=edits,
+            exit_code=exit_code,
+            failed=failed,
+            output=output,
+            stop_hook_active=event.get("stop_hook_active") is True,
+            unjudged=unjudged,
+        )
+
+    def write(self, seen: Seen, answer: Answer) -> tuple[str | None, int]:
+        if answer.empty:
+            return None, 0
+        body: dict[str, Any] = {}
+        if answer.halt and seen.kind != "stop":
+            # On BeforeTool the stop's reason is the one Gemini CLI uses: a
+            # refusal's own (the same patch again) holds the stop's too.
+            said = (
+                answer.deny if seen.kind == "pre_tool" and answer.deny else answer.halt
+            )
+            body["continue"] = False
+            body["stopReason"] = said
+            body["systemMessage"] = said
+        if answer.deny and seen.kind == "pre_tool":
+            body["decision"] = "deny"
+            body["reason"] = answer.deny
+        if answer.block and seen.kind == "stop":
+            body["decision"] = "block"
+            body["reason"] = answer.block
+        if answer.context and seen.kind in ("session_start", "prompt", "post_tool"):
+            body["hookSpecificOutput"] = {
+                "hookEventName": seen.name,
+                "additionalContext": answer.context,
+            }
+        return (answer_json(body) if body else None), 0
+
+
+GEMINI = Layout(
+    agent="gemini",
+    project_file=".gemini/settings.json",
+    user_file=".gemini/settings.json",
+    events=(
+        ("SessionStart", None),
+        ("BeforeAgent", None),
+        ("BeforeTool", "*"),
+        ("AfterTool", "*"),
+        ("AfterAgent", None),
+    ),
+    timeout=30_000,  # milliseconds
+)
+
+AGENT = Agent(
+    name="gemini",
+    title="Gemini CLI",
+    dialect=Gemini(),
+    layout=GEMINI,
+    docs="https://geminicli.com/docs/hooks/reference",
+)
