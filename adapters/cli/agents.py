@@ -25,6 +25,7 @@ from devs.adapters.cli.base import (
 from devs.adapters.config import DB_ENV, DEFAULT_DB, MEMORY
 from devs.adapters.hooks.breaker import default_state_dir
 from devs.adapters.hooks.client import EVENT_MAX
+from devs.adapters.hooks.dialect import Agent
 from devs.adapters.hooks.install import (
     describe,
     hook_command,
@@ -144,13 +145,22 @@ def hooks_install(ctx: Context, agent: str, project: str, user: bool) -> None:
     `devs resume` finds the same store. DEVS_URL and DEVS_API_TOKEN, to ask
     a team's `devs serve`, are read from the agent's environment.
     """
-    layout = load(agent).layout
+    found = load(agent)
+    layout = found.layout
     path = settings_path(layout, project=Path(project), user=user, home=Path.home())
     command = hook_command(this_devs(), hooks_db(ctx), agent)
     changed = install(layout, path, command)
     verb = "installed in" if changed else "already installed in"
     plain(f"{agent}: devs-recovery's hooks {verb} {path}")
     plain(f"  command: {command}")
+    if (untrusted := trusted(found, path, None if user else Path(project))) is not None:
+        plain(f"  {untrusted}")
+
+
+def trusted(agent: Agent, path: Path, project: Path | None) -> str | None:
+    """What ``agent`` has not trusted yet of its hooks in ``path`` (an
+    agent that skips hooks until the user trusts them), else ``None``."""
+    return agent.trust(path, project, os.environ) if agent.trust else None
 
 
 @hooks.command("uninstall")
@@ -175,13 +185,21 @@ def hooks_uninstall(agent: str, project: str, user: bool) -> None:
 @json_option
 def hooks_status(project: str, as_json: bool) -> None:
     """Which agents' settings (this project's, the user's) run the breaker."""
+    agents = {agent.name: agent for agent in every()}
     found = [
         status(
-            layout,
-            settings_path(layout, project=Path(project), user=user, home=Path.home()),
+            agent.layout,
+            settings_path(
+                agent.layout, project=Path(project), user=user, home=Path.home()
+            ),
         )
-        for layout in (agent.layout for agent in every())
+        for agent in agents.values()
         for user in (False, True)
+    ]
+    projects = [Path(project), None] * len(agents)
+    untrusted = [
+        trusted(agents[item.agent], item.path, where) if item.events else None
+        for item, where in zip(found, projects, strict=True)
     ]
     if as_json:
         emit_json(
@@ -194,10 +212,14 @@ def hooks_status(project: str, as_json: bool) -> None:
                     "commands": list(item.commands),
                     "missing": list(item.missing),
                     "error": item.error,
+                    "untrusted": why,
                 }
-                for item in found
+                for item, why in zip(found, untrusted, strict=True)
             ]
         )
         return
     for line in describe(found):
         plain(line)
+    for item, why in zip(found, untrusted, strict=True):
+        if why is not None:
+            plain(f"{item.agent}: {item.path}: {why}")

@@ -7,13 +7,17 @@ has what the real binary honours, measured by tests/agents).
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from devs.adapters.hooks.breaker import Answer, Seen, answer_json
 from devs.adapters.hooks.claude_code import CLAUDE_EVENTS, ClaudeCode
 from devs.adapters.hooks.dialect import Agent, judged_by_output, text_of
-from devs.adapters.hooks.install import Layout
+from devs.adapters.hooks.install import Layout, own_agent
 
 PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update) File: (.{1,4096})$", re.MULTILINE)
 """A file an ``apply_patch`` patch adds or changes (Codex's patch format)."""
@@ -150,10 +154,84 @@ CODEX = Layout(
     ),
 )
 
+_WORD = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def hook_keys(settings: Path) -> list[str]:
+    """The keys Codex trusts the breaker's entries of ``settings`` by:
+    ``FILE:event_in_snake_case:GROUP:HANDLER`` (positions in the file)."""
+    try:
+        data = orjson.loads(settings.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return []
+    hooks = data.get("hooks") if isinstance(data, dict) else None
+    keys: list[str] = []
+    for event, groups in (hooks if isinstance(hooks, dict) else {}).items():
+        snake = _WORD.sub("_", str(event)).lower()
+        for g, group in enumerate(groups if isinstance(groups, list) else []):
+            handlers = group.get("hooks") if isinstance(group, dict) else None
+            for h, handler in enumerate(handlers if isinstance(handlers, list) else []):
+                if (
+                    isinstance(handler, dict)
+                    and own_agent(handler.get("command")) == "codex"
+                ):
+                    keys.append(f"{settings}:{snake}:{g}:{h}")
+    return keys
+
+
+def trust(
+    settings: Path, project: Path | None, environ: Mapping[str, str]
+) -> str | None:
+    """What Codex has not trusted yet of the breaker's hooks in
+    ``settings``: a project's hooks run only in a trusted project
+    (``[projects."DIR"] trust_level = "trusted"``) and each hook only once
+    trusted (``[hooks.state."KEY"] trusted_hash``, which ``/hooks`` records),
+    in ``$CODEX_HOME/config.toml``. Codex skips an untrusted hook without a
+    word. (That a recorded hash is the current one only Codex can tell: a
+    hook changed since it was trusted must be trusted again.)"""
+    home = environ.get("CODEX_HOME") or str(Path(environ.get("HOME", "~")) / ".codex")
+    config = Path(home).expanduser() / "config.toml"
+    try:
+        data = tomllib.loads(config.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        data = {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        return f"cannot read Codex's {config} to see what it trusts: {error}"
+    settings = settings.resolve()
+    lacking: list[str] = []
+    if project is not None:
+        projects = data.get("projects")
+        entry = (
+            projects.get(str(project.resolve())) if isinstance(projects, dict) else None
+        )
+        if not (isinstance(entry, dict) and entry.get("trust_level") == "trusted"):
+            lacking.append("the project")
+    hooks = data.get("hooks")
+    state = hooks.get("state") if isinstance(hooks, dict) else None
+    state = state if isinstance(state, dict) else {}
+    untrusted = [
+        key
+        for key in hook_keys(settings)
+        if not (isinstance(state.get(key), dict) and state[key].get("trusted_hash"))
+    ]
+    if untrusted:
+        lacking.append(f"{len(untrusted)} of the hooks")
+    if not lacking:
+        return None
+    where = f"in {project} " if project is not None else ""
+    return (
+        f"not trusted by Codex yet ({' and '.join(lacking)}), which skips them "
+        f"without a word: run `codex` {where}and trust the folder, then "
+        "`/hooks` and trust each devs hook (or run `codex exec "
+        "--dangerously-bypass-hook-trust`)"
+    )
+
+
 AGENT = Agent(
     name="codex",
     title="Codex",
     dialect=Codex(),
     layout=CODEX,
     docs="https://developers.openai.com/codex/hooks",
+    trust=trust,
 )

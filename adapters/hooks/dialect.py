@@ -12,8 +12,9 @@ for stdout (or ``None``) and the exit code.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from devs.adapters.hooks.breaker import Answer, Seen, answer_json
@@ -50,6 +51,15 @@ class Agent:
     layout: Layout
     docs: str
     """The agent's own hook documentation, which the module follows."""
+    trust: Trust | None = None
+    """For an agent that skips hooks until the user trusts them: what is not
+    trusted yet, and how to trust it (:data:`Trust`)."""
+
+
+Trust = Callable[[Path, "Path | None", Mapping[str, str]], "str | None"]
+"""``(settings file, project folder or None for the user's settings,
+environment)``: ``None`` when the agent will run the installed hooks, else
+one sentence saying what it skips and the command or step that trusts it."""
 
 
 def text_of(value: Any) -> str:

@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from devs.adapters.hooks.breaker import Answer, EventKind, Seen, answer_json
 from devs.adapters.hooks.dialect import Agent, event_name, mapping_in, text_of
@@ -139,10 +142,51 @@ GEMINI = Layout(
     timeout=30_000,  # milliseconds
 )
 
+
+def trust(
+    settings: Path, project: Path | None, environ: Mapping[str, str]
+) -> str | None:
+    """Whether Gemini CLI will load a project's hooks: only in a trusted
+    folder (``~/.gemini/trustedFolders.json``: the folder or one above it
+    ``TRUST_FOLDER``, or its parent's child ``TRUST_PARENT``), or with
+    ``GEMINI_CLI_TRUST_WORKSPACE=true``, or folder trust turned off in the
+    user's settings (``security.folderTrust.enabled: false``)."""
+    if project is None or environ.get("GEMINI_CLI_TRUST_WORKSPACE") == "true":
+        return None
+    home = Path(environ.get("GEMINI_CLI_HOME") or environ.get("HOME", "~"))
+    folder = home.expanduser() / ".gemini"
+    here = project.resolve()
+    try:
+        user = orjson.loads((folder / "settings.json").read_bytes())
+        folder_trust = user.get("security", {}).get("folderTrust", {})
+        if folder_trust.get("enabled") is False:
+            return None
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        pass
+    try:
+        trusted = orjson.loads((folder / "trustedFolders.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        trusted = {}
+    for path, level in (trusted if isinstance(trusted, dict) else {}).items():
+        root = Path(path)
+        if level == "TRUST_PARENT":
+            root = root.parent
+        elif level != "TRUST_FOLDER":
+            continue
+        if here == root or root in here.parents:
+            return None
+    return (
+        f"{here} is not a trusted folder for Gemini CLI, which then loads no "
+        "project hook (and exits with code 55 headless): trust the folder when "
+        "`gemini` asks, or set GEMINI_CLI_TRUST_WORKSPACE=true"
+    )
+
+
 AGENT = Agent(
     name="gemini",
     title="Gemini CLI",
     dialect=Gemini(),
     layout=GEMINI,
     docs="https://geminicli.com/docs/hooks/reference",
+    trust=trust,
 )

@@ -37,6 +37,25 @@ def trusted(project: Project, url: str) -> None:
     assert trust_hooks(project.home, project.repo)
 
 
+def untrusted(project: Project) -> bool:
+    """Whether ``devs hooks status`` says Codex has not trusted the hooks."""
+    shown = project.devs("hooks", "status", "--dir", str(project.repo)).stdout
+    return "not trusted by Codex yet" in shown
+
+
+def test_untrusted_hooks_are_skipped_and_devs_says_so(project: Project) -> None:
+    script = Script(loop(WRONG[0]))
+    with serving(CodexHandler, script) as fake:
+        codex_config(project.home, fake.url, trusted=[project.repo])
+        assert untrusted(project)
+        run_codex(project.repo, PROMPT, project.home)
+        # Codex ran the test, and no hook at all: nothing was recorded.
+        assert script.furthest() == 2
+        assert project.devs("status").stdout.count(project.task_id) == 0
+        assert trust_hooks(project.home, project.repo)
+        assert not untrusted(project)
+
+
 class ShellPatches(CodexHandler):
     """A model without Codex's ``apply_patch`` tool: it edits with
     ``apply_patch <<'EOF'`` in the shell."""
