@@ -61,6 +61,9 @@ URL_ENV = "DEVS_URL"
 GATE_PATTERN_ENV = "DEVS_GATE_PATTERN"
 STATE_DIR_ENV = "DEVS_HOOK_STATE_DIR"
 HOOK_TIMEOUT_ENV = "DEVS_HOOK_TIMEOUT"
+NUDGE_ENV = "DEVS_HOOK_NUDGE"
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"0", "false", "no", "off"})
 DEFAULT_HOOK_TIMEOUT = 10.0
 MAX_HOOK_TIMEOUT = 600.0
 
@@ -336,6 +339,9 @@ class HookSettings:
     )
     state_dir: Path = field(default_factory=lambda: default_state_dir(os.environ))
     timeout: float = DEFAULT_HOOK_TIMEOUT
+    nudge: bool = True
+    """A failed gate below the thresholds tells the agent what failed so far
+    (``DEVS_HOOK_NUDGE``, on by default)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> HookSettings:
@@ -366,6 +372,10 @@ class HookSettings:
                 )
                 raise InvalidInput(msg, field=HOOK_TIMEOUT_ENV)
         token = environ.get("DEVS_API_TOKEN") or None
+        nudge = (environ.get(NUDGE_ENV) or "on").strip().lower()
+        if nudge not in _ON | _OFF:
+            msg = f"{NUDGE_ENV} must be on or off, got {nudge[:40]!r}"
+            raise InvalidInput(msg, field=NUDGE_ENV)
         return cls(
             task_id=task_id,
             url=url.rstrip("/") if url else None,
@@ -373,6 +383,7 @@ class HookSettings:
             gate_pattern=pattern,
             state_dir=default_state_dir(environ),
             timeout=timeout,
+            nudge=nudge in _ON,
         )
 
 
@@ -772,7 +783,9 @@ class Breaker:
         place: Place | None = None,
         cli: str = "devs",
         guarded: Sequence[str] = (),
+        nudge: bool = True,
     ) -> None:
+        self.nudge = nudge
         self._open = api
         self.guarded = tuple(guarded)
         self._api: RecoveryApi | None = None
@@ -1032,6 +1045,8 @@ class Breaker:
             f"at {summary.policy.escalation_threshold}). First error: {first}. "
             "Do not repeat a change that already failed: try a different approach."
         )
+        if not self.nudge:
+            return head
         failed = [
             lesson.failed_strategy for lesson in self.api.lessons(summary.task_id)
         ]

@@ -105,6 +105,7 @@ def respond(
             gate_pattern=settings.gate_pattern,
             place=place,
             cli=cli,
+            nudge=settings.nudge,
             guarded=guarded_paths(
                 store,
                 settings.state_dir,

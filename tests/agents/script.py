@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -74,6 +74,9 @@ class Script:
     steps: Sequence[Step]
     requests: list[Request] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    heed: Callable[[str, Step], Step] | None = None
+    """A model that listens: given the request's whole text and the step
+    the script would take, the step it takes instead."""
 
     def answer(
         self, path: str, body: dict[str, Any], results: int, tools: bool
@@ -84,6 +87,8 @@ class Script:
             step = Say("ok")
         elif results < len(self.steps):
             step = self.steps[results]
+            if self.heed is not None:
+                step = self.heed(json.dumps(body), step)
         else:
             step = Say(DONE)
         with self.lock:

@@ -14,8 +14,8 @@ import pytest
 from devs.domain.chart import TaskState
 from tests.agents.claude_code import ClaudeHandler, run_claude, write_config
 from tests.agents.conftest import agent_binary
-from tests.agents.lane import RIGHT, WRONG, Project, attempt, loop
-from tests.agents.script import Say, Script, serving
+from tests.agents.lane import RIGHT, WRONG, Project, attempt, calc, loop
+from tests.agents.script import Say, Script, Step, Write, serving
 
 PROMPT = "Make the tests pass."
 STREAM = ("--output-format", "stream-json", "--verbose")
@@ -113,3 +113,38 @@ def test_stop_is_blocked_once_while_the_tests_are_red(project: Project) -> None:
     assert len(final) == 2
     assert "the gate is red" in json.dumps(final[1].body)
     assert project.task().consecutive_failures == 1
+
+
+def told(text: str, step: Step) -> Step:
+    """A model that changes course when told what failed: once the
+    blacklist's directive is in its conversation, its next edit is the
+    right fix instead of another variation of the wrong idea."""
+    if "MUST NOT be used" in text and isinstance(step, Write):
+        return Write(step.path, calc(RIGHT))
+    return step
+
+
+@pytest.mark.parametrize("nudge", ["on", "off"])
+def test_the_nudge_keeps_a_model_that_listens_from_reaching_a_human(
+    project: Project, nudge: str
+) -> None:
+    """The measurement of the nudge: the same model, told what failed
+    (``DEVS_HOOK_NUDGE=on``, the default) or only that a gate failed."""
+    script = Script([*loop(*WRONG[:4]), *attempt(RIGHT)], heed=told)
+    with serving(ClaudeHandler, script) as fake:
+        env = write_config(
+            project.home, project.repo, fake.url, extra_env={"DEVS_HOOK_NUDGE": nudge}
+        )
+        done = run_claude(project.repo, PROMPT, env)
+        assert done.returncode == 0, done.stderr
+    task = project.task()
+    failures = len(project.lessons())  # each failed run after a change
+    if nudge == "on":
+        # Told after the first failure, it wrote the right fix: one failure,
+        # and no human was asked.
+        assert task.state is TaskState.COMPLETED
+        assert failures == 1
+    else:
+        # Never told, it looped into the escalation.
+        assert task.state is TaskState.ESCALATION
+        assert failures == 3

@@ -208,3 +208,23 @@ def test_two_different_one_line_fixes_are_not_the_same_strategy(
     assert stuck is not None
     assert stuck.strategy_revisits == 0
     assert "same strategy" not in stuck.summary
+
+
+def test_the_nudge_can_be_turned_off_and_a_wrong_switch_is_said(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "off").mkdir()
+    (tmp_path / "wrong").mkdir()
+    quiet = Agent("claude-code", tmp_path / "off", DEVS_HOOK_NUDGE="off")
+    quiet.start()
+    write(quiet, FIXES[0])
+    quiet.failed("pytest -q", red(1))
+    write(quiet, FIXES[1])
+    body, _ = quiet.failed("pytest -q", red(2))
+    context = body["hookSpecificOutput"]["additionalContext"]
+    assert "gate failed (2 in a row" in context
+    assert "MUST NOT be used" not in context
+    quiet.service.close()
+    wrong = Agent("claude-code", tmp_path / "wrong", DEVS_HOOK_NUDGE="maybe")
+    assert wrong.start() == (None, 1)  # one error line on stderr, exit 1
+    wrong.service.close()
