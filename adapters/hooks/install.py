@@ -11,6 +11,13 @@ entries that are the breaker's own are recognised by their command
 (``... devs ... hook AGENT``) and replaced, so installing twice changes
 nothing; uninstalling removes exactly those, and the groups and events they
 leave empty. Other hooks and settings are left as they were, in their order.
+
+Some agents list the entries directly under the event, with no matcher group
+(:attr:`Layout.flat`: GitHub Copilot CLI, Cursor), name the command's key
+otherwise (Copilot's ``"bash"``), or want keys at the top of the file
+(``"version": 1``, :attr:`Layout.header`); a file of the breaker's own
+(:attr:`Layout.own_file`) is removed when uninstalling leaves nothing else
+in it.
 """
 
 from __future__ import annotations
@@ -49,6 +56,39 @@ class Layout:
     aliases: tuple[tuple[str, str], ...] = ()
     """Another spelling of an event's key that the agent reads too (the
     entries go under whichever the file already uses)."""
+    flat: bool = False
+    """Each event lists its entries directly (no matcher groups)."""
+    command_key: str = "command"
+    """The entry's key for the command line."""
+    timeout_key: str = "timeout"
+    """The entry's key for :attr:`timeout`."""
+    entry: tuple[tuple[str, Any], ...] = (("type", "command"),)
+    """The fields every entry starts with."""
+    header: tuple[tuple[str, Any], ...] = ()
+    """Keys the file must hold at its top (``"version": 1``), set when
+    installing if absent."""
+    own_file: bool = False
+    """The file is the breaker's alone: uninstalling removes it when nothing
+    but :attr:`header` is left."""
+
+    def own(self, hook: Any) -> bool:
+        """Whether ``hook`` (an entry) is the breaker's for this agent."""
+        return isinstance(hook, dict) and (
+            own_agent(hook.get(self.command_key)) == self.agent
+        )
+
+    def entries(self, groups: Any) -> list[Any]:
+        """The entries of one event's value (flat, or inside its groups)."""
+        if not isinstance(groups, list):
+            return []
+        if self.flat:
+            return list(groups)
+        return [
+            hook
+            for group in groups
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list)
+            for hook in group["hooks"]
+        ]
 
     def key(self, container: Mapping[str, Any], event: str) -> str:
         """The key ``event`` has in ``container``: the spelling already there."""
@@ -149,26 +189,24 @@ def _save(path: Path, data: Mapping[str, Any]) -> None:
         raise
 
 
-def _without_own(groups: Any, agent: str) -> list[Any]:
-    """The event's matcher groups without the breaker's entries for ``agent``
-    (a group left with no hook is dropped)."""
+def _without_own(groups: Any, layout: Layout) -> list[Any]:
+    """The event's matcher groups without the breaker's entries for the
+    layout's agent (a group left with no hook is dropped)."""
     if not isinstance(groups, list):
         return []
+    if layout.flat:
+        return [hook for hook in groups if not layout.own(hook)]
     kept: list[Any] = []
     for group in groups:
         if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
             kept.append(group)
             continue
-        hooks = [h for h in group["hooks"] if not _is_own(h, agent)]
+        hooks = [h for h in group["hooks"] if not layout.own(h)]
         if len(hooks) == len(group["hooks"]):
             kept.append(group)
         elif hooks:
             kept.append({**group, "hooks": hooks})
     return kept
-
-
-def _is_own(hook: Any, agent: str) -> bool:
-    return isinstance(hook, dict) and own_agent(hook.get("command")) == agent
 
 
 def install(layout: Layout, path: Path, command: str) -> bool:
@@ -180,13 +218,19 @@ def install(layout: Layout, path: Path, command: str) -> bool:
     hooks = layout.container(data)
     for event, matcher in layout.events:
         key = layout.key(hooks, event)
-        groups = _without_own(hooks.get(key), layout.agent)
-        entry: dict[str, Any] = {"type": "command", "command": command}
+        groups = _without_own(hooks.get(key), layout)
+        entry: dict[str, Any] = dict(layout.entry)
+        entry[layout.command_key] = command
         if layout.timeout is not None:
-            entry["timeout"] = layout.timeout
+            entry[layout.timeout_key] = layout.timeout
+        if layout.flat:
+            hooks[key] = [*groups, entry]
+            continue
         group: dict[str, Any] = {} if matcher is None else {"matcher": matcher}
         group["hooks"] = [entry]
         hooks[key] = [*groups, group]
+    for name, value in layout.header:
+        data.setdefault(name, value)
     layout.put(data, hooks)
     if orjson.dumps(data) == before and path.exists():
         return False
@@ -204,9 +248,7 @@ def uninstall(layout: Layout, path: Path) -> bool:
     kept: dict[str, Any] = {}
     changed = False
     for event, groups in hooks.items():
-        left = (
-            _without_own(groups, layout.agent) if isinstance(groups, list) else groups
-        )
+        left = _without_own(groups, layout) if isinstance(groups, list) else groups
         if left != groups:
             changed = True
             if not left:
@@ -215,6 +257,9 @@ def uninstall(layout: Layout, path: Path) -> bool:
     if not changed:
         return False
     layout.put(data, kept)
+    if layout.own_file and set(data) <= {name for name, _ in layout.header}:
+        path.unlink()  # the breaker's own file, with nothing else left in it
+        return True
     _save(path, data)
     return True
 
@@ -241,12 +286,11 @@ def status(layout: Layout, path: Path) -> Installed:
     events: list[str] = []
     commands: list[str] = []
     for event, groups in hooks.items():
-        for group in groups if isinstance(groups, list) else []:
-            for hook in group.get("hooks", []) if isinstance(group, dict) else []:
-                if _is_own(hook, layout.agent):
-                    events.append(event)
-                    if hook["command"] not in commands:
-                        commands.append(hook["command"])
+        for hook in layout.entries(groups):
+            if layout.own(hook):
+                events.append(event)
+                if hook[layout.command_key] not in commands:
+                    commands.append(hook[layout.command_key])
     missing = tuple(
         e for e, _ in layout.events if events and layout.key(hooks, e) not in events
     )

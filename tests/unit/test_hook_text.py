@@ -349,7 +349,7 @@ def test_codex_entries_are_claude_codes_shape_in_codex_hooks_json(
         (["hook", "claude-code"], ("claude-code", None)),
         (["--db", "/d/x.sqlite", "hook", "codex"], ("codex", "/d/x.sqlite")),
         (["--db=/d/x.sqlite", "hook", "openhands"], ("openhands", "/d/x.sqlite")),
-        (["hook", "cursor"], None),
+        (["hook", "aider"], None),
         (["-v", "hook", "claude-code"], None),
         (["--db", "", "hook", "codex"], None),
         (["hooks", "install", "codex"], None),
