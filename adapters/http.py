@@ -35,7 +35,14 @@ import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Sequence,
+)
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from importlib import metadata
@@ -50,6 +57,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Route
@@ -70,6 +78,7 @@ from devs.adapters.config import (
     host_and_port,
     open_service,
 )
+from devs.adapters.hooks.runner import store_identity
 from devs.adapters.notifier import Background, NotifySettings, notify_settings
 from devs.adapters.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from devs.adapters.prometheus import exposition
@@ -1773,6 +1782,7 @@ def create_app(
     notify: NotifySettings | None = None,
     allowed_hosts: Sequence[str] | None = None,
     max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES,
+    hook_store: str = "memory",
 ) -> FastAPI:
     """The ASGI app over ``service`` (or what ``service()`` opens at startup,
     closed at shutdown). With ``token``, every request but ``/healthz`` and
@@ -1785,7 +1795,9 @@ def create_app(
     request whose ``Host`` is not the connection's own address, a loopback
     name or one of them is a 421 (:class:`HostCheck`); ``None``: any
     ``Host`` (an app called in process). A body over ``max_body_bytes`` is a
-    413 (:class:`FrontDoor`)."""
+    413 (:class:`FrontDoor`). ``hook_store`` names the store in the hooks'
+    state files of this machine (``POST /hooks/AGENT``: an agent's ``http``
+    hooks), as ``devs --db FILE hook AGENT`` names it."""
     served = Served(service, read_wait)
     mcp = McpEndpoint(served, guarded=token is not None)
 
@@ -1832,6 +1844,9 @@ def create_app(
     for router in ROUTERS:
         app.include_router(router)
     app.router.routes.append(Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]))
+    app.router.routes.append(
+        Route(HOOKS_PATH, _hook_endpoint(served, hook_store), methods=["POST"])
+    )
     from devs.adapters import console
 
     if console_secret is not None:
@@ -1844,6 +1859,36 @@ def create_app(
 
 
 MCP_PATH = "/mcp"
+HOOKS_PATH = "/hooks/{agent}"
+"""Where an agent's ``http`` hooks POST their events (docs/agents.md)."""
+
+
+def _hook_endpoint(
+    served: Served, store: str
+) -> Callable[[Request], Awaitable[Response]]:
+    """``POST /hooks/AGENT``: one hook event of AGENT (Claude Code's ``http``
+    hooks), answered as ``devs hook AGENT`` answers it, in a thread (git and
+    the store are blocking). Behind the API token like every path."""
+
+    async def answer(request: Request) -> Response:
+        from devs.adapters.hooks.registry import AGENTS, load
+        from devs.adapters.hooks.runner import over_http
+
+        agent = request.path_params["agent"]
+        posting = [name for name in AGENTS if load(name).http]
+        if agent not in posting:
+            msg = (
+                f"no http hooks for agent {agent[:40]!r}: "
+                f"{', '.join(posting)} POST their events here"
+            )
+            raise InvalidInput(msg, field="agent")
+        raw = await request.body()
+        status, body = await run_in_threadpool(
+            over_http, agent, raw, served.service, store, dict(os.environ)
+        )
+        return Response(body, status, media_type="application/json")
+
+    return answer
 
 
 class McpEndpoint:
@@ -2152,4 +2197,5 @@ def app_from_env() -> FastAPI:
         notify=notify,
         allowed_hosts=settings.allowed_hosts,
         max_body_bytes=settings.max_body_bytes,
+        hook_store=store_identity(settings),
     )

@@ -5,6 +5,7 @@ and ``devs mcp`` (the referee as an MCP server over stdio). docs/agents.md."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -135,24 +136,50 @@ def hooks() -> None:
 @agent_choice
 @dir_option
 @user_option
+@click.option(
+    "--url",
+    default=None,
+    metavar="URL",
+    help="POST the events to the devs serve at URL (http hooks; Claude Code) "
+    "instead of running devs: no process per call.",
+)
 @pass_context
 @handles_errors
-def hooks_install(ctx: Context, agent: str, project: str, user: bool) -> None:
+def hooks_install(
+    ctx: Context, agent: str, project: str, user: bool, url: str | None
+) -> None:
     """Write the breaker's hooks into AGENT's settings (merged; idempotent).
 
     The hooks run this devs with the store given now (--db or DEVS_DB, else
     devs_state.sqlite in the hooks' state folder), so that a human's
     `devs resume` finds the same store. DEVS_URL and DEVS_API_TOKEN, to ask
-    a team's `devs serve`, are read from the agent's environment.
+    a team's `devs serve`, are read from the agent's environment. With
+    --url, the agent POSTs each event to that devs serve itself (its token
+    from the agent's DEVS_API_TOKEN).
     """
     found = load(agent)
     layout = found.layout
+    if url is not None:
+        if not found.http:
+            posting = ", ".join(name for name in AGENTS if load(name).http)
+            msg = f"{agent} has no http hooks: --url is for {posting}"
+            raise InvalidInput(msg, field="url")
+        if not re.fullmatch(r"https?://[^\s/?#]{1,255}(/[^\s?#]{0,1000})?", url):
+            msg = (
+                "--url must be the http:// or https:// URL of a devs serve, "
+                f"got {url[:80]!r}"
+            )
+            raise InvalidInput(msg, field="url")
     path = settings_path(layout, project=Path(project), user=user, home=Path.home())
     command = hook_command(this_devs(), hooks_db(ctx), agent)
-    changed = install(layout, path, command)
+    changed = install(layout, path, command, url=url)
     verb = "installed in" if changed else "already installed in"
     plain(f"{agent}: devs-recovery's hooks {verb} {path}")
-    plain(f"  command: {command}")
+    if url is None:
+        plain(f"  command: {command}")
+    else:
+        plain(f"  posting to: {url.rstrip('/')}/hooks/{agent}")
+        plain("  (the agent's environment holds DEVS_API_TOKEN, if the server has one)")
     if (untrusted := trusted(found, path, None if user else Path(project))) is not None:
         plain(f"  {untrusted}")
 

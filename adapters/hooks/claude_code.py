@@ -166,6 +166,7 @@ CLAUDE_CODE = Layout(
         ("PostToolBatch", None),
         ("Stop", None),
     ),
+    no_http=frozenset({"SessionStart"}),
 )
 
 AGENT = Agent(
@@ -174,4 +175,5 @@ AGENT = Agent(
     dialect=ClaudeCode(),
     layout=CLAUDE_CODE,
     docs="https://code.claude.com/docs/en/hooks",
+    http=True,
 )

@@ -51,6 +51,9 @@ class Agent:
     layout: Layout
     docs: str
     """The agent's own hook documentation, which the module follows."""
+    http: bool = False
+    """The agent can POST its events to ``devs serve`` (``http`` hooks:
+    ``devs hooks install AGENT --url``) instead of running a command."""
     trust: Trust | None = None
     """For an agent that skips hooks until the user trusts them: what is not
     trusted yet, and how to trust it (:data:`Trust`)."""

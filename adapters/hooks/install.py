@@ -70,12 +70,21 @@ class Layout:
     own_file: bool = False
     """The file is the breaker's alone: uninstalling removes it when nothing
     but :attr:`header` is left."""
+    no_http: frozenset[str] = frozenset()
+    """Events the agent sends no ``http`` hook (Claude Code's
+    ``SessionStart``): left out when the hooks POST to ``devs serve``."""
 
     def own(self, hook: Any) -> bool:
-        """Whether ``hook`` (an entry) is the breaker's for this agent."""
-        return isinstance(hook, dict) and (
-            own_agent(hook.get(self.command_key)) == self.agent
-        )
+        """Whether ``hook`` (an entry) is the breaker's for this agent: its
+        command, or an ``http`` hook to ``devs serve``'s ``/hooks/AGENT``."""
+        if not isinstance(hook, dict):
+            return False
+        if hook.get("type") == "http":
+            url = hook.get("url")
+            return isinstance(url, str) and url.rstrip("/").endswith(
+                f"/hooks/{self.agent}"
+            )
+        return own_agent(hook.get(self.command_key)) == self.agent
 
     def entries(self, groups: Any) -> list[Any]:
         """The entries of one event's value (flat, or inside its groups)."""
@@ -135,6 +144,22 @@ def own_agent(command: Any) -> str | None:
         return None
     found = _OWN.search(command)
     return found.group("agent") if found else None
+
+
+TOKEN_ENV = "DEVS_API_TOKEN"
+
+
+def http_hook(url: str, agent: str) -> dict[str, Any]:
+    """An ``http`` hook that POSTs the event to ``devs serve`` at ``url``
+    (``/hooks/AGENT``), with the API token the agent's environment holds
+    (the agent fills in ``$DEVS_API_TOKEN`` only for a variable it is told it
+    may read): the token never enters the settings file."""
+    return {
+        "type": "http",
+        "url": f"{url.rstrip('/')}/hooks/{agent}",
+        "headers": {"Authorization": f"Bearer ${TOKEN_ENV}"},
+        "allowedEnvVars": [TOKEN_ENV],
+    }
 
 
 def hook_command(devs: str, db: str | None, agent: str) -> str:
@@ -209,9 +234,13 @@ def _without_own(groups: Any, layout: Layout) -> list[Any]:
     return kept
 
 
-def install(layout: Layout, path: Path, command: str) -> bool:
+def install(
+    layout: Layout, path: Path, command: str, *, url: str | None = None
+) -> bool:
     """Write the breaker's entries into ``path``; whether the file changed.
-    A link (a dotfiles repository's) is followed: its target is written."""
+    A link (a dotfiles repository's) is followed: its target is written.
+    With ``url``, the entries POST the events to ``devs serve`` there
+    (:func:`http_hook`) instead of running ``command``."""
     path = path.resolve()
     data = _load(path)
     before = orjson.dumps(data)
@@ -219,8 +248,16 @@ def install(layout: Layout, path: Path, command: str) -> bool:
     for event, matcher in layout.events:
         key = layout.key(hooks, event)
         groups = _without_own(hooks.get(key), layout)
+        if url is not None and event in layout.no_http:
+            if groups:
+                hooks[key] = groups
+            else:
+                hooks.pop(key, None)
+            continue
         entry: dict[str, Any] = dict(layout.entry)
         entry[layout.command_key] = command
+        if url is not None:
+            entry = http_hook(url, layout.agent)
         if layout.timeout is not None:
             entry[layout.timeout_key] = layout.timeout
         if layout.flat:
@@ -285,14 +322,22 @@ def status(layout: Layout, path: Path) -> Installed:
     hooks = layout.container(data)
     events: list[str] = []
     commands: list[str] = []
+    posting = False
     for event, groups in hooks.items():
         for hook in layout.entries(groups):
             if layout.own(hook):
                 events.append(event)
-                if hook[layout.command_key] not in commands:
-                    commands.append(hook[layout.command_key])
+                posting = posting or hook.get("type") == "http"
+                said = hook.get("url") if hook.get("type") == "http" else None
+                said = said or hook.get(layout.command_key)
+                if said not in commands:
+                    commands.append(said)
     missing = tuple(
-        e for e, _ in layout.events if events and layout.key(hooks, e) not in events
+        e
+        for e, _ in layout.events
+        if events
+        and layout.key(hooks, e) not in events
+        and not (posting and e in layout.no_http)
     )
     return Installed(layout.agent, path, tuple(events), tuple(commands), missing)
 

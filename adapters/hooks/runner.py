@@ -13,12 +13,15 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from types import FrameType
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import orjson
 
 from devs.adapters.hooks.breaker import (
+    TASK_ENV,
+    URL_ENV,
     Answer,
     Breaker,
     HookSettings,
@@ -35,6 +38,9 @@ from devs.domain import DevsError
 from devs.domain.redaction import redact
 from devs.domain.service import RecoveryApi
 
+if TYPE_CHECKING:
+    from devs.adapters.config import Settings
+
 REFUSED = "the task was last seen stopped, so the tool is refused"
 
 
@@ -46,8 +52,17 @@ def _alarm(signum: int, frame: FrameType | None) -> NoReturn:
     raise HookTimeout
 
 
+_SAID: ContextVar[list[str] | None] = ContextVar("devs_hook_said", default=None)
+"""Where a hook answered over HTTP keeps what it says (a thread of the
+server: not the process's stderr)."""
+
+
 def _say(line: str) -> None:
     flat = " ".join(redact(line).split())[:2_000]
+    said = _SAID.get()
+    if said is not None:
+        said.append(flat)
+        return
     sys.stderr.write(f"devs hook: {flat}\n")
 
 
@@ -59,12 +74,16 @@ def respond(
     store: str,
     cli: str = "devs",
     cwd: str | None = None,
+    *,
+    timed: bool = True,
 ) -> tuple[str | None, int]:
     """The answer to one hook event (stdout text and exit code). Every
     failure is one line on stderr and exit code 1, which the agents read as
     a hook that failed without blocking; but a tool call is still refused
     when the task was last seen stopped. ``cwd``: where the agent runs, when
-    the event does not say (default: this process's)."""
+    the event does not say (default: this process's). ``timed``: the call is
+    cut at ``DEVS_HOOK_TIMEOUT`` (a process's main thread only: a server's
+    thread leaves it to the agent's own timeout)."""
     if len(raw) > EVENT_MAX:
         _say(f"error: the hook event is larger than {EVENT_MAX} bytes")
         return None, 1
@@ -81,9 +100,10 @@ def respond(
     previous = None
     try:
         settings = HookSettings.from_environ(environ)
-        # The timer covers everything below: git, the store, the server.
-        previous = signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, settings.timeout)
+        if timed:
+            # The timer covers everything below: git, the store, the server.
+            previous = signal.signal(signal.SIGALRM, _alarm)
+            signal.setitimer(signal.ITIMER_REAL, settings.timeout)
         state = state_of(seen, settings, environ, store, cwd)
         place = place_of(_folder(seen, cwd))
         opener = open_local
@@ -186,6 +206,14 @@ def _failed(
     return None, 1
 
 
+def store_identity(settings: Settings) -> str:
+    """The store as the hooks' state files name it (a command hook and an
+    ``http`` hook to ``devs serve`` on one store share them)."""
+    if settings.database_url is not None:
+        return f"pg:{settings.database_url.get_secret_value()}"
+    return f"sqlite:{os.path.abspath(settings.db)}"
+
+
 class Store:
     """The store ``devs --db DB hook`` opens: from ``db`` (``--db``) and the
     environment, opened at its first use and kept (the hook server answers
@@ -199,10 +227,7 @@ class Store:
             {**environ, "DEVS_DB": db} if db else environ
         )
         url = self.settings.database_url
-        if url is not None:
-            self.identity = f"pg:{url.get_secret_value()}"
-        else:
-            self.identity = f"sqlite:{os.path.abspath(self.settings.db)}"
+        self.identity = store_identity(self.settings)
         self.cli = "devs"
         if url is None and self.settings.db != DEFAULT_DB:
             self.cli = f"devs --db {shlex.quote(self.settings.db)}"
@@ -260,3 +285,33 @@ def handle(
             if opened is not None:
                 opened.close()
     return text, errors.getvalue(), code
+
+
+def over_http(
+    agent: str,
+    raw: bytes,
+    service: RecoveryApi,
+    store: str,
+    environ: Mapping[str, str],
+) -> tuple[int, str]:
+    """A hook event POSTed to ``devs serve`` (Claude Code's ``http`` hooks):
+    the HTTP status and JSON body. The same decisions as ``devs hook
+    AGENT``, with the server's store and the hooks' state files of its
+    machine; an answer is 200 with the answer's JSON (``{}``: nothing to
+    say), a failure 503 with the line a command hook writes on stderr, which
+    Claude Code reads as a hook that failed without blocking."""
+    said: list[str] = []
+    token = _SAID.set(said)
+    try:
+        dialect = load(agent).dialect
+        # The server answers for itself: never another server, never one task.
+        env = {k: v for k, v in environ.items() if k not in (URL_ENV, TASK_ENV)}
+        text, code = respond(dialect, raw, env, lambda: service, store, timed=False)
+    finally:
+        _SAID.reset(token)
+    if text is not None:
+        return 200, text
+    if code == 0:
+        return 200, "{}"
+    line = said[-1] if said else "error: the hook event was not answered"
+    return 503, orjson.dumps({"error": f"devs hook: {line}"}).decode()

@@ -16,6 +16,7 @@ from tests.agents.claude_code import ClaudeHandler, run_claude, write_config
 from tests.agents.conftest import agent_binary
 from tests.agents.lane import RIGHT, WRONG, Project, attempt, calc, loop
 from tests.agents.script import Say, Script, Step, Write, serving
+from tests.e2e.test_serve import TOKEN, Server
 
 PROMPT = "Make the tests pass."
 STREAM = ("--output-format", "stream-json", "--verbose")
@@ -148,3 +149,36 @@ def test_the_nudge_keeps_a_model_that_listens_from_reaching_a_human(
         # Never told, it looped into the escalation.
         assert task.state is TaskState.ESCALATION
         assert failures == 3
+
+
+def test_http_hooks_posted_to_devs_serve_stop_the_loop_the_same(
+    project: Project,
+) -> None:
+    """``devs hooks install claude-code --url``: Claude Code POSTs each event
+    to a running ``devs serve`` (no process per call), the same decisions."""
+    server = Server(project.db, env={"DEVS_HOOK_STATE_DIR": str(project.store / "h")})
+    try:
+        shown = project.install("--url", server.url)
+        assert f"posting to: {server.url}/hooks/claude-code" in shown
+        settings = json.loads((project.repo / ".claude/settings.json").read_text())
+        assert "SessionStart" not in settings["hooks"]  # no http hook there
+        assert TOKEN not in json.dumps(settings)
+        script = Script([*loop(*WRONG[:4]), *attempt(RIGHT)])
+        with serving(ClaudeHandler, script) as fake:
+            env = write_config(
+                project.home,
+                project.repo,
+                fake.url,
+                extra_env={"DEVS_API_TOKEN": TOKEN},
+            )
+            done = run_claude(project.repo, PROMPT, env, STREAM)
+            assert done.returncode == 0, done.stderr
+        assert script.furthest() == 5
+        task = server.client.get(f"/tasks/{project.task_id}").json()
+        assert task["state"] == TaskState.ESCALATION.value
+        assert task["consecutive_failures"] == 3
+        assert f"devs-recovery stopped task {project.task_id}" in "\n".join(
+            system_messages(done.stdout)
+        )
+    finally:
+        server.stop()
