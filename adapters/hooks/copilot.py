@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from devs.adapters.hooks.breaker import Answer, EventKind, Seen, answer_json
 from devs.adapters.hooks.codex import patch_edits
@@ -206,10 +209,39 @@ COPILOT = Layout(
     own_file=True,
 )
 
+
+def trust(
+    settings: Path, project: Path | None, environ: Mapping[str, str]
+) -> str | None:
+    """Whether Copilot CLI will load a project's hooks: only in a trusted
+    folder (``trustedFolders`` of ``~/.copilot/config.json``, the folder or
+    one above it), or with ``COPILOT_ALLOW_ALL=true`` (exactly ``true``) or
+    ``--trust-folder`` for one run; the user's hooks need no trust."""
+    if project is None or environ.get("COPILOT_ALLOW_ALL") == "true":
+        return None
+    home = Path(environ.get("HOME", "~")).expanduser()
+    here = project.resolve()
+    try:
+        config = orjson.loads((home / ".copilot" / "config.json").read_bytes())
+        folders = config.get("trustedFolders") if isinstance(config, dict) else None
+    except (OSError, orjson.JSONDecodeError):
+        folders = None
+    for folder in folders if isinstance(folders, list) else []:
+        root = Path(str(folder))
+        if here == root or root in here.parents:
+            return None
+    return (
+        f"{here} is not a trusted folder for Copilot CLI, which then skips the "
+        "project's hooks without a word: trust the folder when `copilot` asks "
+        "(or run it with --trust-folder, or COPILOT_ALLOW_ALL=true)"
+    )
+
+
 AGENT = Agent(
     name="copilot",
     title="GitHub Copilot CLI",
     dialect=Copilot(),
     layout=COPILOT,
     docs="https://docs.github.com/en/copilot/reference/copilot-cli-reference/cli-hooks-reference",
+    trust=trust,
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from devs.adapters.hooks import codex, gemini
+from devs.adapters.hooks import codex, copilot, gemini
 from devs.adapters.hooks.install import hook_command, install
 
 COMMAND = hook_command("/bin/devs", "/data/x.sqlite", "codex")
@@ -91,3 +91,24 @@ def test_gemini_needs_a_trusted_folder(tmp_path: Path) -> None:
         is None
     )
     assert gemini.trust(settings, None, environ) is None
+
+
+def test_copilot_needs_a_trusted_folder_for_a_projects_hooks(tmp_path: Path) -> None:
+    project = tmp_path / "work" / "app"
+    project.mkdir(parents=True)
+    home = tmp_path / "home"
+    (home / ".copilot").mkdir(parents=True)
+    environ = {"HOME": str(home)}
+    settings = project / ".github" / "hooks" / "devs-recovery.json"
+    said = copilot.trust(settings, project, environ)
+    assert said is not None
+    assert "--trust-folder" in said
+    config = home / ".copilot" / "config.json"
+    config.write_text(json.dumps({"trustedFolders": [str(tmp_path / "work")]}))
+    assert copilot.trust(settings, project, environ) is None
+    config.write_text(json.dumps({"trustedFolders": [str(tmp_path / "other")]}))
+    assert copilot.trust(settings, project, environ) is not None
+    allow = {**environ, "COPILOT_ALLOW_ALL": "true"}
+    assert copilot.trust(settings, project, allow) is None
+    assert copilot.trust(settings, project, {**environ, "COPILOT_ALLOW_ALL": "1"})
+    assert copilot.trust(settings, None, environ) is None
