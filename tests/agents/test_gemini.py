@@ -31,7 +31,7 @@ def project(tmp_path: Path) -> Project:
 def test_the_loop_ends_at_the_third_failure_until_a_human_answers(
     project: Project,
 ) -> None:
-    script = Script([*loop(*WRONG[:4]), *attempt(RIGHT)])
+    script = Script([*loop(*WRONG[:5]), *attempt(RIGHT)])
     with serving(GeminiHandler, script) as fake:
         env = configure(project.home, project.repo, fake.url)
         first = run(project.repo, PROMPT, env)
@@ -52,7 +52,13 @@ def test_the_loop_ends_at_the_third_failure_until_a_human_answers(
         assert (project.repo / "calc.py").read_text() == calc(WRONG[2])
         project.resume()
         run(project.repo, "Go on.", env, args=("--resume", "latest"))
-    assert project.task().consecutive_failures == 4
+        assert project.task().consecutive_failures == 4
+        assert project.task().state is TaskState.ESCALATION
+        project.resume()
+        run(project.repo, "Go on.", env, args=("--resume", "latest"))
+    # The fifth failure hands the task off.
+    assert project.task().consecutive_failures == 5
+    assert project.task().state is TaskState.HAND_OFF
 
 
 def test_the_same_patch_again_is_refused(project: Project) -> None:
