@@ -38,6 +38,7 @@ from devs.adapters.hooks.install import (
 from devs.adapters.hooks.registry import AGENTS, every, load
 from devs.adapters.hooks.runner import handle
 from devs.domain import DevsError, InvalidInput
+from devs.domain.redaction import redact
 
 
 @cli.command("hook")
@@ -164,7 +165,13 @@ def hooks_install(
             posting = ", ".join(name for name in AGENTS if load(name).http)
             msg = f"{agent} has no http hooks: --url is for {posting}"
             raise InvalidInput(msg, field="url")
-        if not re.fullmatch(r"https?://[^\s/?#]{1,255}(/[^\s?#]{0,1000})?", url):
+        if "@" in url.split("//", 1)[-1].split("/", 1)[0]:
+            msg = (
+                "--url must not carry credentials (user:password@): the hooks "
+                "send the agent's DEVS_API_TOKEN; nothing was written"
+            )
+            raise InvalidInput(msg, field="url")
+        if not re.fullmatch(r"https?://[^\s/?#@]{1,255}(/[^\s?#]{0,1000})?", url):
             msg = (
                 "--url must be the http:// or https:// URL of a devs serve, "
                 f"got {url[:80]!r}"
@@ -178,7 +185,7 @@ def hooks_install(
     if url is None:
         plain(f"  command: {command}")
     else:
-        plain(f"  posting to: {url.rstrip('/')}/hooks/{agent}")
+        plain(redact(f"  posting to: {url.rstrip('/')}/hooks/{agent}"))
         plain("  (the agent's environment holds DEVS_API_TOKEN, if the server has one)")
     if (untrusted := trusted(found, path, None if user else Path(project))) is not None:
         plain(f"  {untrusted}")

@@ -496,6 +496,9 @@ class HookRecord:
     """The stop reason when the task was last seen stopped."""
     stop_blocked: str | None = None
     """The failure a ``Stop`` was already refused for (task and version)."""
+    refused: int = 0
+    """How many of :attr:`changes` (the first) are a refused strategy still
+    in the working tree: dropped once the tree no longer has them."""
 
     def dump(self) -> bytes:
         return orjson.dumps(
@@ -504,6 +507,7 @@ class HookRecord:
                 "changes": self.changes,
                 "stopped": self.stopped,
                 "stop_blocked": self.stop_blocked,
+                "refused": self.refused,
             }
         )
 
@@ -515,6 +519,7 @@ class HookRecord:
             changes = [str(c) for c in data.get("changes", [])][-PENDING_MAX:]
             stopped = data.get("stopped")
             blocked = data.get("stop_blocked")
+            refused = int(data.get("refused", 0))
         except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
             return cls()  # a damaged file is a fresh start: the log is the truth
         return cls(
@@ -522,6 +527,7 @@ class HookRecord:
             changes=changes,
             stopped=str(stopped) if stopped else None,
             stop_blocked=str(blocked) if blocked else None,
+            refused=min(max(0, refused), len(changes)),
         )
 
 
@@ -581,10 +587,20 @@ def _bounded(text: str, limit: int) -> str:
 
 
 def edit_change(path: str, new_text: str) -> str:
+    """An edit as a strategy shows it: its path and new text, redacted. A
+    text longer than ``EDIT_TEXT_MAX`` keeps its head and its tail, with a
+    digest of the whole between them: two long texts that differ anywhere
+    (a fix near the end of a file) are two changes."""
+    if len(new_text) <= EDIT_TEXT_MAX:
+        return f"edit {_one_line(path, 500)}: {redact(new_text)}".replace("\x00", "")
+    half = EDIT_TEXT_MAX // 2
     # Redacted before it is cut: a secret across the cut would be kept in
     # part, too short to be recognised.
-    kept = redact(new_text[: 2 * EDIT_TEXT_MAX])
-    return f"edit {_one_line(path, 500)}: {_bounded(kept, EDIT_TEXT_MAX)}"
+    head = redact(new_text[: 2 * half])[:half]
+    tail = redact(new_text[-2 * half :])[-half:]
+    digest = hashlib.sha256(new_text.encode("utf-8", "surrogatepass")).hexdigest()
+    shown = f"{head} [... {len(new_text)} characters, sha256 {digest[:16]} ...] {tail}"
+    return f"edit {_one_line(path, 500)}: {shown}".replace("\x00", "")
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -597,37 +613,23 @@ def command_change(command: str) -> str:
 
 
 _LOOKING = frozenset(
-    {
-        "ls",
-        "cat",
-        "head",
-        "tail",
-        "grep",
-        "rg",
-        "find",
-        "pwd",
-        "wc",
-        "which",
-        "tree",
-        "stat",
-        "file",
-        "less",
-        "more",
-        "echo",
-        "true",
-    }
+    {"ls", "cat", "head", "tail", "grep", "pwd", "wc", "which", "stat", "echo", "true"}
 )
-_GIT_LOOKING = frozenset(
-    {"status", "diff", "log", "show", "branch", "rev-parse", "blame", "ls-files"}
-)
+"""Programs that only read (none has an option that writes a file or runs
+another program: ``find -delete``, ``tree -o``, ``rg --pre`` are not here)."""
+_GIT_LOOKING = frozenset({"status", "diff", "log", "show", "rev-parse", "blame"})
+_GIT_WRITING = re.compile(r"--(?:output|ext-diff|textconv|config-env)")
+"""Options of git's reading commands that write a file or run a program."""
+_SYSTEM_BIN = ("/bin/", "/usr/bin/", "/usr/local/bin/")
 _SHELL_SYNTAX = re.compile(r"[;&|<>`$()\\\n]")
 
 
 def looks_only(command: str) -> bool:
     """Whether ``command`` only looks (``git status``, ``ls``, ``cat x``): one
-    command of a known read-only program, no redirection, pipe, list or
-    substitution. Such a command changes nothing: it is no part of a
-    strategy (``ran: git status`` is not a fix)."""
+    command of a known read-only program (by its bare name or from the
+    system's folders), no redirection, pipe, list or substitution, no option
+    that writes or runs something. Such a command changes nothing: it is no
+    part of a strategy (``ran: git status`` is not a fix)."""
     if len(command) > COMMAND_TEXT_MAX or _SHELL_SYNTAX.search(command):
         return False
     try:
@@ -636,13 +638,19 @@ def looks_only(command: str) -> bool:
         return False
     if not words:
         return False
-    program = os.path.basename(words[0])
-    if program == "git":
-        rest = words[1:]
-        while rest and rest[0].startswith("-"):
-            rest = rest[2:] if rest[0] in ("-C", "-c") else rest[1:]
-        return bool(rest) and rest[0] in _GIT_LOOKING
-    return program in _LOOKING
+    program = words[0]
+    if "/" in program:
+        if not program.startswith(_SYSTEM_BIN) or program.count("/") > 4:
+            return False
+        program = program.rsplit("/", 1)[1]
+    if program != "git":
+        return program in _LOOKING
+    rest = words[1:]
+    while rest and rest[0] == "-C":  # another folder: still only reading
+        rest = rest[2:]
+    if not rest or rest[0] not in _GIT_LOOKING:
+        return False  # -c (a config: runs programs), or a command that writes
+    return not any(_GIT_WRITING.match(word) for word in rest)
 
 
 def strategy_of(changes: Sequence[str], command: str) -> str:
@@ -653,7 +661,13 @@ def strategy_of(changes: Sequence[str], command: str) -> str:
     if not changes:
         return f"rerun without changes: {_one_line(command, COMMAND_TEXT_MAX)}"
     text = "\n".join(changes)
-    return text if len(text) <= STRATEGY_MAX else text[: STRATEGY_MAX - 6] + " [...]"
+    if len(text) <= STRATEGY_MAX:
+        return text
+    # The head, and a digest of the whole: changes that differ past the cut
+    # are another strategy.
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    mark = f" [... sha256 {digest[:16]}]"
+    return text[: STRATEGY_MAX - len(mark)] + mark
 
 
 def error_line(output: str, exit_code: int | None) -> str:
@@ -903,7 +917,7 @@ class Breaker:
         where = seen.cwd or (self.place.top if self.place is not None else ".")
         if (why := reaches_referee(seen, self.guarded, where)) is not None:
             return Answer(deny=f"devs-recovery refuses this tool call: {why}.")
-        gate = self.is_gate(seen.command)
+        gate = self.is_gate(seen.command) and not seen.edits_now  # a patch
         if gate:
             summary: TaskSummary | None = self._started(record)
         else:
@@ -921,6 +935,11 @@ class Breaker:
         if seen.edits_now:
             self._changed(record, seen)
             return NOTHING
+        if gate and record.refused and self._reverted(record.changes[: record.refused]):
+            # The refused changes left the tree (the agent or a human undid
+            # them): what is pending is what came after.
+            record.changes = record.changes[record.refused :]
+            record.refused = 0
         if not gate or not record.changes:
             # Nothing changed since the last gate: a rerun is no new
             # strategy; the ladder counts its failure all the same.
@@ -934,8 +953,9 @@ class Breaker:
             return NOTHING
         after = self.api.task(summary.task_id)
         self._remember(record, after)
-        # The refused changes stay pending: they are still in the working
-        # tree, and a gate run over them again is this strategy again.
+        # The refused changes stay pending while they are in the working
+        # tree: a gate run over them again is this strategy again.
+        record.refused = len(record.changes)
         directive = decision.directive
         if len(directive) > DIRECTIVE_SHOWN:  # the agents cap a reason at 10,000
             directive = directive[:DIRECTIVE_SHOWN] + "\n[...]"
@@ -962,7 +982,36 @@ class Breaker:
 
     def _changed(self, record: HookRecord, seen: Seen) -> None:
         made = [redact(edit_change(self._shown(p), t)) for p, t in seen.edits]
-        record.changes = [*record.changes, *made][-PENDING_MAX:]
+        self._pending(record, made)
+
+    @staticmethod
+    def _pending(record: HookRecord, made: Sequence[str]) -> None:
+        """``made`` added to the pending changes (the oldest go past
+        ``PENDING_MAX``, the refused ones first)."""
+        changes = [*record.changes, *made]
+        dropped = max(0, len(changes) - PENDING_MAX)
+        record.changes = changes[dropped:]
+        record.refused = max(0, record.refused - dropped)
+
+    def _reverted(self, refused: Sequence[str]) -> bool:
+        """Whether the files of ``refused`` changes are as the last commit has
+        them (git says so; without git, or with no file named: no)."""
+        files = []
+        for change in refused:
+            found = _EDITED.match(change)
+            if found is not None and found.group(1) not in files:
+                files.append(found.group(1))
+        if self.place is None or not files:
+            return False
+        changed = _git(
+            self.place.top,
+            "status",
+            "--porcelain",
+            "--untracked-files=all",
+            "--",
+            *files,
+        )
+        return changed == []
 
     def _failed_before(self, task_id: str, strategy: str) -> bool:
         """Whether these very changes (whitespace aside) failed before.
@@ -987,9 +1036,7 @@ class Breaker:
         if not self.is_gate(seen.command):
             if looks_only(seen.command):
                 return NOTHING  # changes nothing: no part of a strategy
-            record.changes = [*record.changes, redact(command_change(seen.command))][
-                -PENDING_MAX:
-            ]
+            self._pending(record, [redact(command_change(seen.command))])
             return NOTHING
         if seen.unjudged:
             return NOTHING  # how the gate ended is unknown: nothing recorded
@@ -1000,8 +1047,11 @@ class Breaker:
         strategy = strategy_of(record.changes, seen.command)
         changed = bool(record.changes)
         record.changes = []
+        record.refused = 0
+        # Redacted before it is cut: a secret across the cut is kept whole
+        # enough to be recognised.
         gate_name = _bounded(
-            " ".join(seen.command[: NAME_MAX * 4].split()), NAME_MAX - 7
+            " ".join(redact(seen.command[: NAME_MAX * 4]).split()), NAME_MAX - 7
         )
         failed = seen.failed or (seen.exit_code not in (None, 0))
         if not failed:

@@ -19,33 +19,48 @@ from devs.adapters.hooks.claude_code import CLAUDE_EVENTS, ClaudeCode
 from devs.adapters.hooks.dialect import Agent, judged_by_output, text_of
 from devs.adapters.hooks.install import Layout, own_agent
 
-PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update) File: (.{1,4096})$", re.MULTILINE)
-"""A file an ``apply_patch`` patch adds or changes (Codex's patch format)."""
-SHELL_PATCH = re.compile(r"\s{0,20}(?:cd [^\n;&|]{1,4096} && )?apply_patch\b")
-"""``apply_patch <<'EOF' … EOF`` as a shell command: how Codex edits with a
-model that has no ``apply_patch`` tool of its own."""
+PATCH_FILE = re.compile(r"\*\*\* (?:(?:Add|Update|Delete) File|Move to): (.{1,4096})")
+"""A line of a patch in Codex's format that names a file it adds, changes,
+deletes or moves to."""
+SHELL_PATCH = re.compile(
+    r"\s{0,20}(?:cd [^\n;&|]{1,4096} && )?apply_patch <<(['\"]?)(\w{1,20})\1\n"
+)
+"""The head of ``apply_patch <<'EOF'`` as a shell command: how Codex edits
+with a model that has no ``apply_patch`` tool of its own."""
 
 
 def patch_edits(patch: str) -> tuple[tuple[str, str], ...]:
-    """The files a patch in Codex's format changes (one entry, the paths
-    joined) and the lines it adds."""
-    patch = patch[:1_000_000]
-    paths = ", ".join(m.group(1).strip() for m in PATCH_FILE.finditer(patch))
-    added = "\n".join(
-        line[1:]
-        for line in patch.splitlines()
-        if line.startswith("+") and not line.startswith("+++")
-    )
-    return ((paths or "(patch)", added),)
+    """Each file a patch in Codex's format touches, with the lines it adds
+    to it (a deleted file, or the one a file moves to, with none), so that
+    every path is seen (the guard checks each)."""
+    edits: list[tuple[str, list[str]]] = []
+    for line in patch[:1_000_000].splitlines():
+        named = PATCH_FILE.fullmatch(line)
+        if named is not None:
+            edits.append((named.group(1).strip(), []))
+        elif line.startswith("+") and not line.startswith("+++") and edits:
+            edits[-1][1].append(line[1:])
+    if not edits:
+        return (("(patch)", ""),)
+    return tuple((path, "\n".join(added)) for path, added in edits)
 
 
-def shell_patch(command: str | None) -> bool:
-    """Whether a shell command is ``apply_patch`` fed a patch."""
-    return (
-        command is not None
-        and SHELL_PATCH.match(command) is not None
-        and "*** Begin Patch" in command[:1_000_000]
-    )
+def shell_patch(command: str | None) -> str | None:
+    """The patch of a shell command that is exactly ``apply_patch`` fed a
+    heredoc (an optional ``cd DIR &&`` before it, nothing after its end
+    line); ``None`` for any other command, which is read as a command."""
+    if command is None:
+        return None
+    text = command[:1_000_000]
+    head = SHELL_PATCH.match(text)
+    if head is None:
+        return None
+    lines = text[head.end() :].rstrip().split("\n")
+    end = head.group(2)
+    if lines[-1] != end or end in lines[:-1]:
+        return None
+    patch = "\n".join(lines[:-1])
+    return patch if "*** Begin Patch" in patch else None
 
 
 class Codex(ClaudeCode):
@@ -78,22 +93,33 @@ class Codex(ClaudeCode):
 
     def read(self, event: Mapping[str, Any]) -> Seen:
         seen = super().read(event)
-        if shell_patch(seen.command):
-            # Codex sends no PostToolUse for it: the edit counts now.
+        if (patch := shell_patch(seen.command)) is not None:
+            # Codex sends no PostToolUse for it: the edit counts now. The
+            # command stays: the guard reads it as any other.
             if seen.kind != "pre_tool":
                 return Seen(kind="other", name=seen.name, cwd=seen.cwd)
             return Seen(
                 kind="pre_tool",
                 name=seen.name,
                 cwd=seen.cwd,
-                edits=patch_edits(seen.command or ""),
+                command=seen.command,
+                edits=patch_edits(patch),
                 edits_now=True,
             )
         if seen.kind != "post_tool" or seen.command is None:
             return seen
         judged = judged_by_output(seen.output)
         if judged is None:
-            return Seen(kind="other", name=seen.name, cwd=seen.cwd, output=seen.output)
+            # How it ended is unknown: a gate so ended is not recorded, any
+            # other command is still a change (``git checkout -- x``).
+            return Seen(
+                kind="post_tool",
+                name=seen.name,
+                cwd=seen.cwd,
+                command=seen.command,
+                output=seen.output,
+                unjudged=True,
+            )
         failed, code = judged
         if failed and code in (None, 0):
             code = 1  # only the runner's summary says it failed: a non-zero exit
@@ -105,7 +131,6 @@ class Codex(ClaudeCode):
             exit_code=code,
             failed=failed,
             output=seen.output,
-            unjudged=judged is None,
         )
 
     def write(self, seen: Seen, answer: Answer) -> tuple[str | None, int]:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 from devs.adapters.hooks.breaker import Answer, Seen, answer_json
 from devs.adapters.hooks.install import Layout
 from devs.domain.errors import InvalidInput
@@ -72,7 +74,10 @@ def text_of(value: Any) -> str:
         return value
     if isinstance(value, (int, float, bool)):
         return str(value)
-    return answer_json({"value": value})[9:-1]  # JSON text of a structure
+    try:
+        return answer_json({"value": value})[9:-1]  # JSON text of a structure
+    except (TypeError, orjson.JSONEncodeError):  # nested past orjson's limit
+        return "[a value nested too deep to read]"
 
 
 def mapping_in(event: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -73,12 +73,13 @@ class Gemini:
             content = text_of(response.get("llmContent"))
             shown = response.get("returnDisplay")
             output = shown if isinstance(shown, str) and shown else content
-            found = EXIT_CODE.search(content[-20_000:])
+            # The last such line: the command's own output may print one.
+            codes = EXIT_CODE.findall(content[-20_000:])
             if response.get("error"):
                 # The tool itself failed (cancelled, timed out): not a result.
                 unjudged = True
-            elif found is not None:
-                exit_code = int(found.group(1))
+            elif codes:
+                exit_code = int(codes[-1])
                 failed = exit_code != 0
             else:
                 exit_code = 0

@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 
 from devs.domain.errors import InvalidInput
+from devs.domain.redaction import redact
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,14 @@ class Layout:
         if not isinstance(hook, dict):
             return False
         if hook.get("type") == "http":
+            # Exactly the shape http_hook writes: a user's own http hook to
+            # some other /hooks/AGENT is not the breaker's.
             url = hook.get("url")
-            return isinstance(url, str) and url.rstrip("/").endswith(
-                f"/hooks/{self.agent}"
+            return (
+                isinstance(url, str)
+                and url.rstrip("/").endswith(f"/hooks/{self.agent}")
+                and hook.get("headers") == {"Authorization": f"Bearer ${TOKEN_ENV}"}
+                and hook.get("allowedEnvVars") == [TOKEN_ENV]
             )
         return own_agent(hook.get(self.command_key)) == self.agent
 
@@ -133,17 +139,22 @@ class Layout:
         data.update(container)
 
 
-_OWN = re.compile(
-    r"(?:^|[\s/'\"])devs['\"]?(?:\s+\S+)*?\s+hook\s+(?P<agent>[a-z-]+)\s*$"
-)
+_AGENT_NAME = re.compile(r"[a-z-]{1,40}")
 
 
 def own_agent(command: Any) -> str | None:
-    """The agent a breaker command answers for, if ``command`` is one."""
+    """The agent a breaker command answers for, if ``command`` is one:
+    ``… devs … hook AGENT`` (its words read once: linear)."""
     if not isinstance(command, str) or len(command) > 8_192:
         return None
-    found = _OWN.search(command)
-    return found.group("agent") if found else None
+    words = command.split()
+    if len(words) < 3 or words[-2] != "hook" or not _AGENT_NAME.fullmatch(words[-1]):
+        return None
+    for word in words[:-2]:
+        program = word.strip("'\"")
+        if program == "devs" or program.endswith("/devs"):
+            return words[-1]
+    return None
 
 
 TOKEN_ENV = "DEVS_API_TOKEN"
@@ -353,7 +364,7 @@ def describe(found: Sequence[Installed]) -> list[str]:
             lines.append(
                 f"{item.agent}: {item.path}: installed for {', '.join(item.events)}"
             )
-            lines.extend(f"  command: {c}" for c in item.commands)
+            lines.extend(redact(f"  command: {c}") for c in item.commands)
             if item.missing:
                 lines.append(f"  missing: {', '.join(item.missing)} (install again)")
     return lines

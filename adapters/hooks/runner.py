@@ -26,6 +26,7 @@ from devs.adapters.hooks.breaker import (
     Breaker,
     HookSettings,
     HookState,
+    Place,
     Seen,
     guarded_paths,
     place_of,
@@ -104,8 +105,8 @@ def respond(
             # The timer covers everything below: git, the store, the server.
             previous = signal.signal(signal.SIGALRM, _alarm)
             signal.setitimer(signal.ITIMER_REAL, settings.timeout)
-        state = state_of(seen, settings, environ, store, cwd)
         place = place_of(_folder(seen, cwd))
+        state = state_of(seen, settings, environ, store, cwd, place)
         opener = open_local
         if settings.url is not None:
             cli = f"devs (on the machine of {redact(settings.url)}, or its HTTP API)"
@@ -153,9 +154,12 @@ def state_of(
     environ: Mapping[str, str],
     store: str,
     cwd: str | None,
+    place: Place | None = None,
 ) -> HookState:
-    """The state file of the event's task series."""
-    base = settings.task_id or task_base(place_of(_folder(seen, cwd)))
+    """The state file of the event's task series; ``place``: the event's
+    folder as :func:`place_of` found it, when known (one ``git`` call a
+    hook event, not two)."""
+    base = settings.task_id or task_base(place or place_of(_folder(seen, cwd)))
     # A server's tasks are not the local store's: its URL names them.
     identity = f"url:{settings.url}" if settings.url else store
     return HookState(settings.state_dir, identity, base)
@@ -300,6 +304,18 @@ def over_http(
     machine; an answer is 200 with the answer's JSON (``{}``: nothing to
     say), a failure 503 with the line a command hook writes on stderr, which
     Claude Code reads as a hook that failed without blocking."""
+    try:
+        event = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        return _refused(f"error: malformed hook event: {error}")
+    folder = event.get("cwd") if isinstance(event, dict) else None
+    if not isinstance(folder, str) or not os.path.isdir(folder):
+        # The task is named from the event's folder: a folder this server
+        # does not have would name every such agent's task alike.
+        return _refused(
+            "error: the event's folder (cwd) is not on this server: name the "
+            "task with the command hooks and DEVS_TASK_ID instead"
+        )
     said: list[str] = []
     token = _SAID.set(said)
     try:
@@ -313,5 +329,10 @@ def over_http(
         return 200, text
     if code == 0:
         return 200, "{}"
-    line = said[-1] if said else "error: the hook event was not answered"
-    return 503, orjson.dumps({"error": f"devs hook: {line}"}).decode()
+    return _refused(said[-1] if said else "error: the hook event was not answered")
+
+
+def _refused(line: str) -> tuple[int, str]:
+    """A hook event answered with its failure (Claude Code runs the tool)."""
+    flat = " ".join(redact(line).split())[:2_000]
+    return 503, orjson.dumps({"error": f"devs hook: {flat}"}).decode()

@@ -146,3 +146,70 @@ def test_install_refuses_a_url_it_cannot_use(
     assert said in done.stdout + done.stderr
     assert not (tmp_path / ".claude").exists()
     assert not (tmp_path / ".codex").exists()
+
+
+def test_a_users_own_http_hook_to_some_hooks_path_is_not_the_breakers(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / ".claude" / "settings.json"
+    path.parent.mkdir()
+    theirs = {
+        "type": "http",
+        "url": "https://audit.internal.example/hooks/claude-code",
+        "headers": {"X-Key": "$AUDIT_KEY"},
+        "allowedEnvVars": ["AUDIT_KEY"],
+    }
+    path.write_text(orjson.dumps({"hooks": {"Stop": [{"hooks": [theirs]}]}}).decode())
+    command = hook_command("/bin/devs", "/x.sqlite", "claude-code")
+    install(CLAUDE_CODE, path, command, url="https://devs.example.com")
+    uninstall(CLAUDE_CODE, path)
+    assert orjson.loads(path.read_bytes()) == {"hooks": {"Stop": [{"hooks": [theirs]}]}}
+
+
+def test_install_refuses_credentials_in_the_url(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            DEVS,
+            "hooks",
+            "install",
+            "claude-code",
+            "--dir",
+            str(tmp_path),
+            "--url",
+            "https://alice:s3cr3tP4ssw0rd@devs.example.com",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
+    assert done.returncode != 0
+    assert "must not carry credentials" in done.stdout + done.stderr
+    assert "s3cr3tP4ssw0rd" not in done.stdout + done.stderr
+    assert not (tmp_path / ".claude").exists()
+
+
+def test_a_value_nested_past_any_limit_is_read_as_text(
+    client: TestClient, repo: Path
+) -> None:
+    """A path nested 400 lists deep (orjson reads it, and cannot write it
+    back): read as text, answered, never a 500."""
+    pre = event("PreToolUse-Write", repo, tool_input={"file_path": "HERE"})
+    deep = b"[" * 400 + b'"x"' + b"]" * 400
+    raw = orjson.dumps(pre).replace(b'"HERE"', deep)
+    answer = client.post(
+        "/hooks/claude-code", content=raw, headers={"Content-Type": "application/json"}
+    )
+    assert answer.status_code == 200, answer.text
+
+
+def test_an_event_from_a_folder_the_server_does_not_have_is_refused(
+    client: TestClient, tmp_path: Path
+) -> None:
+    for folder in (str(tmp_path / "elsewhere" / "app"), None):
+        failed = event("PostToolUseFailure-Bash", tmp_path, error="Exit code 1\nE x")
+        failed["cwd"] = folder
+        answer = client.post("/hooks/claude-code", json=failed)
+        assert answer.status_code == 503
+        assert "is not on this server" in answer.json()["error"]
+    assert client.get("/tasks").json() == []

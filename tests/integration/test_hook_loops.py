@@ -35,7 +35,10 @@ FIXES = ["return a * b", "return b - a", "return a ** b"]
 
 
 def write(agent: Agent, body: str) -> None:
-    agent.edit("calc.py", f"def add(a, b):\n    {body}\n")
+    """The agent writes calc.py: on disk (the tree the breaker asks git
+    about), and the event its agent sends."""
+    (agent.repo / "calc.py").write_text(calc_text(body))
+    agent.edit("calc.py", calc_text(body))
 
 
 def looked(agent: Agent, command: str) -> Any:
@@ -127,6 +130,15 @@ def test_a_revert_and_a_new_fix_after_a_refusal_is_a_new_strategy(
         ("ls -la", True),
         ("cat calc.py", True),
         ("/usr/bin/grep -n add calc.py", True),
+        ("git diff --output=calc.py", False),
+        ("git log -p --output x", False),
+        ("git diff --ext-diff", False),
+        ("git -c diff.external=x diff", False),
+        ("git branch -D main", False),
+        ("find . -delete", False),
+        ("tree -o calc.py", False),
+        ("./cat --apply-fix", False),
+        ("tools/grep x", False),
         ("git checkout -- calc.py", False),
         ("git stash", False),
         ("cat calc.py > other.py", False),
@@ -228,3 +240,76 @@ def test_the_nudge_can_be_turned_off_and_a_wrong_switch_is_said(
     wrong = Agent("claude-code", tmp_path / "wrong", DEVS_HOOK_NUDGE="maybe")
     assert wrong.start() == (None, 1)  # one error line on stderr, exit 1
     wrong.service.close()
+
+
+def test_a_shell_command_is_a_patch_only_when_it_is_exactly_one(
+    codex: Agent, tmp_path: Path
+) -> None:
+    """A command that opens like ``apply_patch`` but does more is a command:
+    the guard reads it, and a gate in it is recorded."""
+    store = str(codex.db)
+    pre = fixture("codex", "PreToolUse-Bash")
+    pre["tool_input"] = {"command": f"{PATCH}rm {store}"}
+    body, _ = codex.send(dict(pre))
+    assert (
+        "refuses this tool call"
+        in body["hookSpecificOutput"]["permissionDecisionReason"]
+    )
+    gate = fixture("codex", "PostToolUse-Bash")
+    gate["tool_input"] = {"command": "apply_patch --help; pytest -q # *** Begin Patch"}
+    gate["tool_response"] = "E   assert 6 == 5\n1 failed in 0.02s\n"
+    codex.send(gate)
+    assert codex.service.task(codex.task_id).consecutive_failures == 1
+
+
+def test_every_file_of_a_patch_is_guarded(codex: Agent) -> None:
+    state = codex.environ["DEVS_HOOK_STATE_DIR"]
+    for patch in (
+        "*** Begin Patch\n*** Update File: calc.py\n@@\n+x\n"
+        f"*** Add File: {state}/evil.json\n+{{}}\n*** End Patch",
+        f"*** Begin Patch\n*** Delete File: {codex.db}\n*** End Patch",
+        f"*** Begin Patch\n*** Update File: calc.py\n*** Move to: {codex.db}\n"
+        "*** End Patch",
+    ):
+        pre = fixture("codex", "PreToolUse-Bash")
+        pre["tool_name"] = "apply_patch"
+        pre["tool_input"] = {"command": patch}
+        body, _ = codex.send(pre)
+        reason = body["hookSpecificOutput"]["permissionDecisionReason"]
+        assert "refuses this tool call" in reason, patch
+
+
+def test_a_reverted_refusal_is_no_longer_pending(claude: Agent) -> None:
+    claude.start()
+    write(claude, FIXES[0])
+    claude.failed("pytest -q", red(1))
+    write(claude, FIXES[0])
+    body, _ = claude.pre("pytest -q")
+    assert "already failed" in body["hookSpecificOutput"]["permissionDecisionReason"]
+    claude.service.resume(claude.task_id, actor="alice", reason="go on")
+    # Still in the tree: the same strategy, refused again.
+    body, _ = claude.pre("pytest -q")
+    assert "already failed" in body["hookSpecificOutput"]["permissionDecisionReason"]
+    claude.service.resume(claude.task_id, actor="alice", reason="go on")
+    # The agent (or a human) undoes it: the tree is as committed again.
+    (claude.repo / "calc.py").unlink()
+    assert claude.pre("pytest -q") == (None, 0)  # the refusal left the tree
+
+
+def test_two_long_files_that_differ_near_their_end_are_two_changes(
+    claude: Agent,
+) -> None:
+    claude.start()
+    body = "# padding line to make a long module\n" * 60
+    claude.edit("calc.py", body + "return a * b\n")
+    claude.failed("pytest -q", red(1))
+    claude.edit("calc.py", body + "return b - a\n")
+    assert claude.pre("pytest -q") == (None, 0)  # not the same patch
+    claude.failed("pytest -q", red(2))
+    claude.edit("calc.py", body + "return a * b\n")
+    answer, _ = claude.pre("pytest -q")
+    assert "already failed" in answer["hookSpecificOutput"]["permissionDecisionReason"]
+
+
+def calc_text(body: str) -> str:
+    return f"def add(a, b):\n    {body}\n"

@@ -182,7 +182,14 @@ def test_a_strategy_is_the_changes_and_is_bounded() -> None:
     assert strategy_of([], "pytest  -q") == "rerun without changes: pytest -q"
     huge = strategy_of([f"edit f{i}.py: " + "y" * 1_000 for i in range(20)], "pytest")
     assert len(huge) == STRATEGY_MAX
-    assert huge.endswith(" [...]")
+    assert re.search(r" \[\.\.\. sha256 [0-9a-f]{16}\]$", huge)
+    # Changes that differ only past the cut are another strategy.
+    other = strategy_of(
+        [f"edit f{i}.py: " + "y" * 1_000 for i in range(19)] + ["edit f19.py: z"],
+        "pytest",
+    )
+    assert other != huge
+    assert len(other) == STRATEGY_MAX
 
 
 @given(st.text(max_size=300), st.text(min_size=1, max_size=60))
