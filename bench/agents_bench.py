@@ -199,6 +199,16 @@ def lines(rows: list[Row]) -> list[str]:
     return out
 
 
+def main_rows(runs: int, agents: list[str] | None = None) -> list[str]:
+    """The table's lines for ``agents`` (default: every installed one)."""
+    wanted = agents or [a for a in RUNNERS if binary(a) is not None]
+    if not wanted:
+        return ["no coding agent installed: python -m tests.agents.install"]
+    for name in ("DEVS_URL", "DEVS_TASK_ID", "DEVS_DATABASE_URL", "DEVS_DB"):
+        os.environ.pop(name, None)
+    return lines([measure(agent, runs) for agent in wanted])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=2)
@@ -209,12 +219,7 @@ def main() -> None:
         help="one agent (repeat for more; default: every installed one)",
     )
     args = parser.parse_args()
-    wanted = args.agent or [a for a in RUNNERS if binary(a) is not None]
-    if not wanted:
-        raise SystemExit("no agent installed: python -m tests.agents.install")
-    for name in ("DEVS_URL", "DEVS_TASK_ID", "DEVS_DATABASE_URL", "DEVS_DB"):
-        os.environ.pop(name, None)
-    print("\n".join(lines([measure(agent, args.runs) for agent in wanted])))
+    print("\n".join(main_rows(args.runs, args.agent)))
 
 
 if __name__ == "__main__":

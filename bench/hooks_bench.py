@@ -18,8 +18,10 @@ The installed command reaches a hook server that holds the service
 (``devs.adapters.hooks.server``); those three rows are its calls, the server
 started beforehand by a first call. Beside them, in the same run:
 
-- **first call of a store**: no server yet: answered in process (the imports
-  included) while it starts one (a new store for each call);
+- **first call of a store**: no server yet: answered in process (the
+  imports included, and the store's tables created) while it starts one (a
+  new store for each call, one after the other: each competes with the
+  server the previous one started);
 - **in process, DEVS_HOOK_SERVER=off**: the gate failure without a server,
   as every call was before the server existed;
 - what a process start costs on its own: the interpreter (``python -c
@@ -27,13 +29,17 @@ started beforehand by a first call. Beside them, in the same run:
   devs.adapters.cli``);
 - the same edit and gate failure decided in this process (``respond()``).
 
-Prints median and p99 of each; target (issue "The agents people run"): p99 <=
-150 ms per call, and every answer within 1 s.
+Prints median, p99 and max of each, and how many of the package's modules
+have no up-to-date ``.pyc`` (with ``PYTHONDONTWRITEBYTECODE=1`` every
+process compiles those again: nearly a fifth of a first call's time when
+none has one); targets (issue "The agents people run"): p99 <= 150 ms per
+call, every answer within 1 s, and the first call of a store under 1 s.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -45,9 +51,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from devs.adapters.hooks import client as hook_client
+
 TARGET_P99 = 0.150
 ANSWER_MAX = 1.0
+FIRST_MAX = 1.0
 DEVS = str(Path(sys.executable).with_name("devs"))
+FIRST = "first call of a store (no server yet)"
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -75,6 +85,27 @@ def process(argv: list[str], stdin: bytes, env: dict[str, str], cwd: Path) -> No
 IMPORTS = "python -c 'import devs.adapters.cli'"
 
 
+def stale_bytecode() -> tuple[int, int]:
+    """How many of the package's modules have no up-to-date ``.pyc`` (each
+    process compiles them again: ``PYTHONDONTWRITEBYTECODE=1`` keeps it so),
+    of how many."""
+    sources = sorted(Path(hook_client.__file__).parents[2].rglob("*.py"))
+    stale = 0
+    for source in sources:
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        try:
+            header = cached.read_bytes()[8:16]
+            stat = source.stat()
+        except OSError:
+            stale += 1
+            continue
+        expected = (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (
+            stat.st_size & 0xFFFFFFFF
+        ).to_bytes(4, "little")
+        stale += header != expected
+    return stale, len(sources)
+
+
 def wait_for_server(
     hook: list[str], probe: bytes, env: dict[str, str], cwd: Path
 ) -> None:
@@ -96,6 +127,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument(
+        "--agents",
+        action="store_true",
+        help="also a row per real coding agent installed (bench/agents_bench.py: "
+        "the call timed inside Claude Code, Codex, Gemini CLI, Copilot CLI "
+        "against a do-nothing hook of the same kind)",
+    )
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="devs-hooks-bench-"))
     repo = base / "repo"
@@ -175,10 +213,10 @@ def main() -> None:
     figures["hook: edit (PostToolUse)"] = edit_times
     figures["hook: gate failure (PostToolUseFailure)"] = gate_times
 
-    firsts = max(3, args.calls // 20)
+    firsts = max(5, args.calls // 10)
     fresh = iter(range(firsts))
     quick_exit = {**env, "DEVS_HOOK_SERVER_IDLE": "2"}
-    figures["first call of a store (no server yet)"] = timed(
+    figures[FIRST] = timed(
         lambda: process(
             [
                 DEVS,
@@ -217,11 +255,16 @@ def main() -> None:
     service.close()
 
     print(f"devs hook claude-code, {args.calls} calls each, SQLite ({db})")
-    print(f"{'':52} {'median':>9} {'p99':>9}")
+    stale, modules = stale_bytecode()
+    print(
+        f"modules of devs without an up-to-date .pyc (compiled by every "
+        f"process): {stale} of {modules}"
+    )
+    print(f"{'':52} {'median':>9} {'p99':>9} {'max':>9}")
     for name, values in figures.items():
         median = statistics.median(values) * 1000
         p99 = percentile(values, 99) * 1000
-        print(f"{name:52} {median:7.1f}ms {p99:7.1f}ms")
+        print(f"{name:52} {median:7.1f}ms {p99:7.1f}ms {max(values) * 1000:7.1f}ms")
     start_cost = statistics.median(
         figures["in process, DEVS_HOOK_SERVER=off: gate failure"]
     )
@@ -248,6 +291,17 @@ def main() -> None:
             f"{TARGET_P99 * 1000:.0f} ms); every answer within 1 s: {within} "
             f"(slowest {slowest * 1000:.0f} ms)"
         )
+    first = figures[FIRST]
+    print(
+        f"{FIRST}: median {statistics.median(first) * 1000:.0f} ms, slowest "
+        f"{max(first) * 1000:.0f} ms (target: under {FIRST_MAX * 1000:.0f} ms: "
+        f"{'met' if statistics.median(first) < FIRST_MAX else 'MISSED'})"
+    )
+    if args.agents:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import agents_bench
+
+        print("\n".join(agents_bench.main_rows(runs=2)))
 
 
 if __name__ == "__main__":

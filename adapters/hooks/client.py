@@ -25,7 +25,6 @@ import os
 import socket
 import stat
 import struct
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -151,7 +150,11 @@ def ask(path: Path, request: bytes, timeout: float) -> dict[str, object]:
 
 
 def start_server(path: Path, db: str | None, environ: Mapping[str, str]) -> None:
-    """Start the server for ``path``, detached (it outlives this call)."""
+    """Start the server for ``path``, detached (it outlives this call).
+    ``subprocess`` is imported here: a call its server answers never
+    needs it (a few milliseconds of each such call)."""
+    import subprocess
+
     argv = [sys.executable, "-m", "devs.adapters.hooks.server", str(path)]
     if db:
         argv += ["--db", db]

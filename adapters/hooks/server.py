@@ -135,15 +135,25 @@ def bind(path: Path) -> socket.socket | None:
             return None
         finally:
             probe.close()
+        # Bound under another name and moved into place (over a stale one)
+        # once it listens: a call that finds the socket can connect to it.
+        fresh = path.with_suffix(".new")
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+            os.unlink(fresh)
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
         try:
-            listening.bind(str(path))
-        finally:
-            os.umask(old)
-        listening.listen(64)
+            old = os.umask(0o177)
+            try:
+                listening.bind(str(fresh))
+            finally:
+                os.umask(old)
+            listening.listen(64)
+            os.replace(fresh, path)
+        except BaseException:
+            listening.close()
+            with contextlib.suppress(OSError):
+                os.unlink(fresh)
+            raise
         return listening
     finally:
         os.close(lock)

@@ -7,7 +7,6 @@ one the launcher, the CLI and docs/agents.md know."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,10 @@ import pytest
 from devs.adapters.hooks import registry
 from devs.adapters.launch import hook_call
 from devs.domain.chart import TaskState
+from tests.integration.test_hook_loops import claude, codex
 from tests.integration.test_hooks import Agent, fixture
+
+__all__ = ["claude", "codex"]  # the fixtures, shared
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
 
@@ -25,20 +27,6 @@ def real(agent: str, name: str, **fields: Any) -> dict[str, Any]:
     event = copy.deepcopy(fixture(agent, f"real-{name}"))
     event.update(fields)
     return event
-
-
-@pytest.fixture
-def claude(tmp_path: Path) -> Iterator[Agent]:
-    agent = Agent("claude-code", tmp_path)
-    yield agent
-    agent.service.close()
-
-
-@pytest.fixture
-def codex(tmp_path: Path) -> Iterator[Agent]:
-    agent = Agent("codex", tmp_path)
-    yield agent
-    agent.service.close()
 
 
 def escalate(agent: Agent) -> None:
