@@ -8,6 +8,7 @@ output (and on stderr), and a prompt refused before the model is asked."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from tests.agents.codex import CodexHandler, patch_command, run_codex, trust_hoo
 from tests.agents.codex import write_config as codex_config
 from tests.agents.conftest import agent_binary
 from tests.agents.lane import RIGHT, WRONG, Project, attempt, calc, loop
-from tests.agents.script import Script, Shell, Write, serving
+from tests.agents.script import Say, Script, Shell, Write, serving
 
 PROMPT = "Make the tests pass."
 
@@ -109,3 +110,16 @@ def test_edits_through_the_shell_are_recorded_and_the_same_patch_refused(
     assert task.consecutive_failures == 3  # two runs, and the refusal
     assert [f.kind for f in task.failure_history].count("gate") == 2
     assert "already failed" in done.stderr
+
+
+def test_a_red_stop_is_refused_once(project: Project) -> None:
+    script = Script([*attempt(WRONG[0]), Say("Done.")])
+    with serving(CodexHandler, script) as fake:
+        trusted(project, fake.url)
+        done = run_codex(project.repo, PROMPT, project.home)
+        assert done.returncode == 0, done.stderr
+    # Refused once (asked again, told the gate is red), then let go.
+    final = [r for r in script.turns if r.results == 2]
+    assert len(final) == 2
+    assert "the gate is red" in json.dumps(final[1].body)
+    assert project.task().consecutive_failures == 1
