@@ -41,6 +41,13 @@ def write(agent: Agent, body: str) -> None:
     agent.edit("calc.py", calc_text(body))
 
 
+def refusal(agent: Agent) -> str:
+    """Why the next test run is refused (a KeyError if it is not)."""
+    body, _ = agent.pre("pytest -q")
+    reason: str = body["hookSpecificOutput"]["permissionDecisionReason"]
+    return reason
+
+
 def looked(agent: Agent, command: str) -> Any:
     """A command that ran and passed (Claude Code's PostToolUse of Bash)."""
     return agent.passed(command, stdout=" M calc.py")
@@ -99,8 +106,7 @@ def test_a_refused_patch_left_in_the_tree_is_still_that_patch_after_a_resume(
     # strategy, refused again, not a new one called "ran: git status".
     assert claude.pre("git status --short") == (None, 0)
     assert looked(claude, "git status --short") == (None, 0)
-    body, _ = claude.pre("pytest -q")
-    assert "already failed" in body["hookSpecificOutput"]["permissionDecisionReason"]
+    assert "already failed" in refusal(claude)
     strategies = [x.failed_strategy for x in claude.service.lessons(claude.task_id)]
     assert not any("git status" in s for s in strategies)
 
@@ -112,8 +118,7 @@ def test_a_revert_and_a_new_fix_after_a_refusal_is_a_new_strategy(
     write(claude, FIXES[0])
     claude.failed("pytest -q", red(1))
     write(claude, FIXES[0])
-    body, _ = claude.pre("pytest -q")
-    assert "already failed" in body["hookSpecificOutput"]["permissionDecisionReason"]
+    assert "already failed" in refusal(claude)
     claude.service.resume(claude.task_id, actor="alice", reason="go on")
     write(claude, FIXES[2])
     assert claude.pre("pytest -q") == (None, 0)
@@ -284,12 +289,10 @@ def test_a_reverted_refusal_is_no_longer_pending(claude: Agent) -> None:
     write(claude, FIXES[0])
     claude.failed("pytest -q", red(1))
     write(claude, FIXES[0])
-    body, _ = claude.pre("pytest -q")
-    assert "already failed" in body["hookSpecificOutput"]["permissionDecisionReason"]
+    assert "already failed" in refusal(claude)
     claude.service.resume(claude.task_id, actor="alice", reason="go on")
     # Still in the tree: the same strategy, refused again.
-    body, _ = claude.pre("pytest -q")
-    assert "already failed" in body["hookSpecificOutput"]["permissionDecisionReason"]
+    assert "already failed" in refusal(claude)
     claude.service.resume(claude.task_id, actor="alice", reason="go on")
     # The agent (or a human) undoes it: the tree is as committed again.
     (claude.repo / "calc.py").unlink()
