@@ -123,3 +123,23 @@ def test_a_red_stop_is_refused_once(project: Project) -> None:
     assert len(final) == 2
     assert "the gate is red" in json.dumps(final[1].body)
     assert project.task().consecutive_failures == 1
+
+
+def test_the_hand_off_comes_at_the_fifth_failure(project: Project) -> None:
+    """The model stops after each failing run; a human resumes; the
+    session goes on with the next wrong fix."""
+    script = Script([*loop(*WRONG[:3]), Say("Stopping.")])
+    with serving(CodexHandler, script) as fake:
+        trusted(project, fake.url)
+        run_codex(project.repo, PROMPT, project.home)
+        assert project.task().consecutive_failures == 3
+        for n in (3, 4):
+            project.resume()
+            script.steps = [
+                *script.steps[: 2 * n],
+                *attempt(WRONG[n]),
+                Say("Stopping."),
+            ]
+            run_codex(project.repo, "Go on.", project.home, resume=True)
+            assert project.task().consecutive_failures == n + 1
+    assert project.task().state is TaskState.HAND_OFF

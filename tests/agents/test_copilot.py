@@ -106,3 +106,18 @@ def test_stop_is_blocked_once_while_the_tests_are_red(project: Project) -> None:
     # The failing run's output carried the nudge.
     assert "1 in a row" in json.dumps(final[0].body)
     assert project.task().consecutive_failures == 1
+
+
+def test_the_hand_off_comes_at_the_fifth_failure(project: Project) -> None:
+    script = Script([*loop(*WRONG[:5]), *attempt(RIGHT)])
+    with serving(CopilotHandler, script) as fake:
+        first = run_copilot(project.repo, PROMPT, project.home, fake.url)
+        session = session_id(first)
+        assert session is not None
+        assert project.task().consecutive_failures == 3
+        for _ in range(2):  # a human resumes; the session goes on and fails
+            project.resume()
+            run_copilot(project.repo, "Go on.", project.home, fake.url, resume=session)
+    task = project.task()
+    assert task.consecutive_failures == 5
+    assert task.state is TaskState.HAND_OFF
