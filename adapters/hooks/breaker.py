@@ -731,6 +731,16 @@ NUDGE_LESSONS = 20
 _EDITED = re.compile(r"edit (.{1,500}?): ")
 
 
+def edited_files(changes: Sequence[str]) -> list[str]:
+    """The files pending edits name, each once, in order."""
+    named: list[str] = []
+    for change in changes:
+        found = _EDITED.match(change)
+        if found is not None and found.group(1) not in named:
+            named.append(found.group(1))
+    return named
+
+
 def stop_reason(summary: TaskSummary, cli: str = "devs") -> str:
     """Why the task is stopped, its failures, the last error, and the command
     a human runs to let the agent go on (``cli``: how the human calls devs
@@ -973,11 +983,7 @@ class Breaker:
 
     def _files(self, changes: Sequence[str]) -> str:
         """The files the pending edits name (for the agent to revert)."""
-        named: list[str] = []
-        for change in changes:
-            found = _EDITED.match(change)
-            if found and found.group(1) not in named:
-                named.append(found.group(1))
+        named = edited_files(changes)
         return ", ".join(named[:20]) or "the changes since the last test run"
 
     def _changed(self, record: HookRecord, seen: Seen) -> None:
@@ -996,11 +1002,7 @@ class Breaker:
     def _reverted(self, refused: Sequence[str]) -> bool:
         """Whether the files of ``refused`` changes are as the last commit has
         them (git says so; without git, or with no file named: no)."""
-        files = []
-        for change in refused:
-            found = _EDITED.match(change)
-            if found is not None and found.group(1) not in files:
-                files.append(found.group(1))
+        files = edited_files(refused)
         if self.place is None or not files:
             return False
         changed = _git(
