@@ -15,6 +15,7 @@ from devs.domain.decisions import (
 )
 from devs.domain.errors import (
     AlreadyExists,
+    Claimed,
     Conflict,
     DevsError,
     Forbidden,
@@ -23,6 +24,7 @@ from devs.domain.errors import (
     NotCaughtUp,
     NotFound,
     PositionNotRecorded,
+    StaleAnswer,
     StoreError,
     StoreUnavailable,
     UnknownMessage,
@@ -50,6 +52,7 @@ __all__ = [
     "ActionResult",
     "AlreadyExists",
     "AttemptDecision",
+    "Claimed",
     "Conflict",
     "DevsError",
     "EntropyDecision",
@@ -74,6 +77,7 @@ __all__ = [
     "ReadModels",
     "RecoveryService",
     "RunState",
+    "StaleAnswer",
     "StoreError",
     "StoreUnavailable",
     "TaskIndexEntry",

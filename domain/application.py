@@ -73,7 +73,7 @@ from devs.domain.errors import (
     UnreadableEvent,
 )
 from devs.domain.gate import evaluate
-from devs.domain.names import DeliveryState, HumanAction, Resolution
+from devs.domain.names import DeliveryState, HumanAction, Resolution, StopScope
 from devs.domain.operators import (
     IssuedToken,
     OperatorEntry,
@@ -105,6 +105,7 @@ from devs.domain.task import HumanSession, Task
 from devs.domain.values import (
     Actor,
     AgentName,
+    AnsweredVersion,
     AwareTime,
     CommitId,
     Dag,
@@ -124,6 +125,7 @@ from devs.domain.values import (
     ResolutionName,
     RunId,
     StateName,
+    StopScopeName,
     Strategy,
     TaskId,
     Version,
@@ -243,12 +245,20 @@ class RecoveryService(TaskCommands, Audits):
             WRITTEN.reset(token)
 
     @api
-    def start_run(self, run_id: RunId, dag: Dag) -> RunState:
-        """Start a run over ``dag`` (node -> prerequisites); nodes are task ids."""
+    def start_run(
+        self, run_id: RunId, dag: Dag, *, stop_scope: StopScopeName = "run"
+    ) -> RunState:
+        """Start a run over ``dag`` (node -> prerequisites); nodes are task ids.
+
+        ``stop_scope`` says what a task's stop (an escalation, a pause, a
+        hand-off) holds up: ``run`` (the default) pauses the whole run until
+        it is answered; ``descendants`` lets ready branches beside it start,
+        while the stopped task's descendants wait. Recorded with the run's
+        start, so a replay decides the same way."""
         receipt = RECEIPT.get()
         if receipt is not None and (issued := self._issued(receipt)) is not None:
             return issued  # type: ignore[no-any-return]
-        run = Run.start(run_id, dag)
+        run = Run.start(run_id, dag, StopScope(stop_scope))
         with turn(self._locks.run(run_id)):  # once saved, it is in the shared cache
             answer = run_state_of(run)
             try:
@@ -354,11 +364,24 @@ class RecoveryService(TaskCommands, Audits):
         )
 
     @api
-    def resume(self, task_id: TaskId, *, actor: Actor, reason: Reason) -> ActionResult:
-        """A human lets the agent go on after an escalation or a pause."""
+    def resume(
+        self,
+        task_id: TaskId,
+        *,
+        actor: Actor,
+        reason: Reason,
+        if_version: AnsweredVersion | None = None,
+    ) -> ActionResult:
+        """A human lets the agent go on after an escalation or a pause.
+
+        Every human answer may name the task's version it answers
+        (``if_version``, the ``version`` of :meth:`task`): if the task has
+        moved on since, it is refused with :class:`StaleAnswer` and nothing is
+        written. A stop someone else claimed is refused with :class:`Claimed`.
+        """
         return self._command(
             task_id,
-            lambda t: t.resume(actor=actor, reason=reason),
+            lambda t: t.resume(actor=actor, reason=reason, if_version=if_version),
             lambda session_id, task, run: action_result(
                 task, run, HumanAction.RESUME, actor, reason, session_id
             ),
@@ -372,11 +395,14 @@ class RecoveryService(TaskCommands, Audits):
         actor: Actor,
         reason: Reason,
         to_commit: CommitId | None = None,
+        if_version: AnsweredVersion | None = None,
     ) -> ActionResult:
         """A human sends the task back to work from a commit (default: its start)."""
         return self._command(
             task_id,
-            lambda t: t.rewind(actor=actor, reason=reason, to_commit=to_commit),
+            lambda t: t.rewind(
+                actor=actor, reason=reason, to_commit=to_commit, if_version=if_version
+            ),
             lambda session_id, task, run: action_result(
                 task,
                 run,
@@ -389,24 +415,94 @@ class RecoveryService(TaskCommands, Audits):
         )
 
     @api
-    def skip(self, task_id: TaskId, *, actor: Actor, reason: Reason) -> ActionResult:
+    def skip(
+        self,
+        task_id: TaskId,
+        *,
+        actor: Actor,
+        reason: Reason,
+        if_version: AnsweredVersion | None = None,
+    ) -> ActionResult:
         """A human skips the task; its run moves on."""
         return self._command(
             task_id,
-            lambda t: t.skip(actor=actor, reason=reason),
+            lambda t: t.skip(actor=actor, reason=reason, if_version=if_version),
             lambda session_id, task, run: action_result(
                 task, run, HumanAction.SKIP, actor, reason, session_id
             ),
         )
 
     @api
-    def claim_handoff(self, task_id: TaskId, *, actor: Actor) -> ActionResult:
-        """A human takes a handed-off task from the queue."""
+    def claim(
+        self,
+        task_id: TaskId,
+        *,
+        actor: Actor,
+        if_version: AnsweredVersion | None = None,
+    ) -> ActionResult:
+        """A human says "I'm on it" for the stop a task waits in (an
+        escalation, a pause or a hand-off): until they release it or someone
+        takes it over, an answer by anyone else is refused (:class:`Claimed`).
+        """
         return self._command(
             task_id,
-            lambda t: t.claim_handoff(actor=actor),
+            lambda t: t.claim(actor=actor, if_version=if_version),
             lambda _, task, __: action_result(
                 task, None, HumanAction.CLAIM, actor, None, None
+            ),
+        )
+
+    @api
+    def claim_handoff(
+        self,
+        task_id: TaskId,
+        *,
+        actor: Actor,
+        if_version: AnsweredVersion | None = None,
+    ) -> ActionResult:
+        """:meth:`claim`, by the name it had when only hand-offs could be
+        claimed."""
+        return self.claim(task_id, actor=actor, if_version=if_version)
+
+    @api
+    def release(
+        self,
+        task_id: TaskId,
+        *,
+        actor: Actor,
+        if_version: AnsweredVersion | None = None,
+    ) -> ActionResult:
+        """The claimer of a stop lets go of it: anyone may answer it again."""
+        return self._command(
+            task_id,
+            lambda t: t.release(actor=actor, if_version=if_version),
+            lambda _, task, __: action_result(
+                task, None, HumanAction.RELEASE, actor, None, None
+            ),
+        )
+
+    @api
+    def take_over(
+        self,
+        task_id: TaskId,
+        *,
+        actor: Actor,
+        reason: Reason,
+        if_version: AnsweredVersion | None = None,
+    ) -> ActionResult:
+        """A human takes a claimed stop over from its claimer (recorded: who
+        took it from whom, and why)."""
+        return self._command(
+            task_id,
+            lambda t: t.take_over(actor=actor, reason=reason, if_version=if_version),
+            lambda previous, task, __: action_result(
+                task,
+                None,
+                HumanAction.TAKE_OVER,
+                actor,
+                reason,
+                None,
+                previous=previous,
             ),
         )
 
@@ -418,15 +514,17 @@ class RecoveryService(TaskCommands, Audits):
         actor: Actor,
         resolution: ResolutionName,
         reason: Reason,
+        if_version: AnsweredVersion | None = None,
     ) -> ActionResult:
-        """A human ends a hand-off: ``return`` to the agent, ``complete`` or ``skip``.
-
-        The hand-off must have been claimed first.
-        """
+        """A human ends a hand-off: ``return`` to the agent, ``complete`` or
+        ``skip``. Anyone may resolve an unclaimed hand-off; a claimed one only
+        its claimer."""
         chosen = Resolution(resolution)
         return self._command(
             task_id,
-            lambda t: t.resolve_handoff(actor=actor, resolution=chosen, reason=reason),
+            lambda t: t.resolve_handoff(
+                actor=actor, resolution=chosen, reason=reason, if_version=if_version
+            ),
             lambda _, task, run: action_result(
                 task, run, HumanAction.RESOLVE, actor, reason, None, resolution=chosen
             ),

@@ -71,6 +71,8 @@ class Trigger(StrEnum):
     REWIND = "rewind"
     SKIP = "skip"
     CLAIM = "claim"
+    RELEASE = "release"
+    TAKE_OVER = "take_over"
     RETURN_TO_AGENT = "return_to_agent"
     COMPLETE_BY_HUMAN = "complete_by_human"
     SKIP_BY_HUMAN = "skip_by_human"
@@ -103,7 +105,11 @@ TRANSITIONS: list[dict[str, Any]] = [
     },
     {"trigger": Trigger.REWIND, "source": _states(UNFINISHED), "dest": "RUNNING"},
     {"trigger": Trigger.SKIP, "source": _states(UNFINISHED), "dest": "SKIPPED"},
-    {"trigger": Trigger.CLAIM, "source": "HAND_OFF", "dest": None},
+    # A claim ("I'm on it") holds any stop for its claimer until released or
+    # taken over.
+    {"trigger": Trigger.CLAIM, "source": _states(WAITING), "dest": None},
+    {"trigger": Trigger.RELEASE, "source": _states(WAITING), "dest": None},
+    {"trigger": Trigger.TAKE_OVER, "source": _states(WAITING), "dest": None},
     {"trigger": Trigger.RETURN_TO_AGENT, "source": "HAND_OFF", "dest": "RUNNING"},
     {"trigger": Trigger.COMPLETE_BY_HUMAN, "source": "HAND_OFF", "dest": "COMPLETED"},
     {"trigger": Trigger.SKIP_BY_HUMAN, "source": "HAND_OFF", "dest": "SKIPPED"},

@@ -118,6 +118,12 @@ class ActionResult(Immutable):
     to_commit: str | None = None
     next_node: str | None = None
     run_status: RunStatus | None = None
+    version: int | None = None
+    """The task's version after the answer (the ``If-Match`` of the next)."""
+    claimed_by: str | None = None
+    """Who holds the stop's claim after the answer."""
+    previous: str | None = None
+    """A take-over's: who held the claim before."""
 
 
 class DeadlineResult(Immutable):
@@ -223,6 +229,7 @@ def action_result(
     *,
     to_commit: str | None = None,
     resolution: Resolution | None = None,
+    previous: str | None = None,
 ) -> ActionResult:
     return ActionResult(
         task_id=task.task_id,
@@ -235,6 +242,9 @@ def action_result(
         to_commit=to_commit,
         next_node=run.next_node() if run is not None else None,
         run_status=run.status if run is not None else None,
+        version=task.version,
+        claimed_by=task.claimed_by,
+        previous=previous,
     )
 
 
@@ -293,6 +303,7 @@ def run_state_of(run: Run) -> RunState:
         ready=run.ready_nodes(),
         paused_by=tuple(run.paused_by),
         updated_at=run.modified_on,
+        stop_scope=run.stop_scope,
     )
 
 

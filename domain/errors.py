@@ -131,6 +131,46 @@ class IllegalTransition(DevsError):
         self.state = state
 
 
+class StaleAnswer(DevsError):
+    """A human answer named the task's version it answers (``if_version``,
+    HTTP ``If-Match``), and the task has moved on since: someone else
+    answered first, or the agent or the clock recorded something. Nothing was
+    written; read the task again and answer what it is now. HTTP 412."""
+
+    kind = "stale_answer"
+    http_status = 412
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        task_id: str | None = None,
+        version: int | None = None,
+        answered: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.version = version
+        """The task's version now."""
+        self.answered = answered
+        """The version the answer named."""
+
+
+class Claimed(DevsError):
+    """Someone else claimed the stop ("I'm on it"): only they may answer it
+    until they release it, or someone takes it over (a recorded event).
+    Nothing was written. HTTP 409."""
+
+    kind = "claimed"
+
+    def __init__(
+        self, message: str, *, task_id: str | None = None, claimed_by: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.claimed_by = claimed_by
+
+
 class Conflict(DevsError):
     """Other writers changed the task (or run) under every retry of a command;
     nothing was written, and the command may be sent again."""

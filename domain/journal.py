@@ -177,7 +177,17 @@ def _(e: Task.Skipped) -> Line:
 
 @describe.register
 def _(e: Task.HandoffClaimed) -> Line:
-    return _human(e, HumanAction.CLAIM)
+    return _human(e, HumanAction.CLAIM, waiting_in=e.waiting_in)
+
+
+@describe.register
+def _(e: Task.ClaimReleased) -> Line:
+    return _human(e, HumanAction.RELEASE, waiting_in=e.waiting_in)
+
+
+@describe.register
+def _(e: Task.ClaimTakenOver) -> Line:
+    return _human(e, HumanAction.TAKE_OVER, previous=e.previous, reason=e.reason)
 
 
 @describe.register

@@ -41,10 +41,31 @@ class MessageType(StrEnum):
     SESSION_ANSWERED = "session.answered"
     HANDOFF_OPENED = "handoff.opened"
     HANDOFF_CLAIMED = "handoff.claimed"
+    SESSION_CLAIMED = "session.claimed"
+    CLAIM_RELEASED = "claim.released"
+    CLAIM_TAKEN_OVER = "claim.taken_over"
+    TASK_REWOUND = "task.rewound"
+    TASK_SKIPPED = "task.skipped"
     HANDOFF_RESOLVED = "handoff.resolved"
     DEADLINE_EXPIRED = "deadline.expired"
     DEADLINE_REMINDER = "deadline.reminder"
     TASK_COMPLETED = "task.completed"
+
+
+class StopScope(StrEnum):
+    """What a task's stop (an escalation, a pause, a hand-off) holds up in
+    its run, recorded with the run's start."""
+
+    RUN = "run"
+    """The whole run pauses: no task starts until every stop is answered
+    (seed 001's rule, the default)."""
+    DESCENDANTS = "descendants"
+    """Only the stopped task's descendants wait (as their prerequisite is not
+    done); ready branches beside it go on starting."""
+
+
+StopScopeValue = Literal["run", "descendants"]
+""":class:`StopScope`'s values as a type checker sees them."""
 
 
 class DeliveryState(StrEnum):
@@ -67,9 +88,13 @@ class HumanAction(StrEnum):
     SKIP = "skip"
     CLAIM = "claim"
     RESOLVE = "resolve"
+    RELEASE = "release"
+    TAKE_OVER = "take_over"
 
 
-HumanActionValue = Literal["resume", "rewind", "skip", "claim", "resolve"]
+HumanActionValue = Literal[
+    "resume", "rewind", "skip", "claim", "resolve", "release", "take_over"
+]
 """:class:`HumanAction`'s values as a type checker sees them."""
 
 

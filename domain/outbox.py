@@ -21,8 +21,9 @@ from functools import singledispatch
 from typing import Any
 
 from devs.domain.chart import MACHINE_SPEC, TaskState, Trigger
-from devs.domain.model import Immutable
-from devs.domain.names import HAND_OFF_REQUIRED, MessageType
+from devs.domain.model import Immutable, Value
+from devs.domain.names import HAND_OFF_REQUIRED, MessageType, SessionReason
+from devs.domain.output import error_line
 from devs.domain.task import (
     RESOLUTION_TRIGGERS,
     HumanSession,
@@ -51,6 +52,87 @@ class OutboxMessage(Immutable):
             "timestamp": self.timestamp.isoformat(),
             "data": self.data,
         }
+
+
+STRATEGIES_SAID = 10
+"""How many of a task's latest strategies a message names."""
+STRATEGY_SAID = 200
+"""How much of each strategy a message says."""
+
+
+class TaskContext(Value):
+    """What a task's messages say besides their event: its run and agent,
+    and its failures since the last pass (the gate, its exit code, the one
+    last-error line, the strategies tried, the strategy a blacklist
+    blocked). Folded from the log by :func:`context_after`, so a rebuild
+    says the same."""
+
+    run_id: str | None = None
+    agent: str | None = None
+    gate: str | None = None
+    exit_code: int | None = None
+    last_error: str | None = None
+    strategies_tried: tuple[str, ...] = ()
+    blocked_strategy: str | None = None
+    failure_count: int = 0
+    last_commit: str | None = None
+
+    def said(self) -> dict[str, Any]:
+        """The fields a message carries (``None`` and empty left out)."""
+        return {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in self.model_dump().items()
+            if value not in (None, (), 0)
+        }
+
+
+def context_after(context: TaskContext | None, domain_event: Any) -> TaskContext | None:
+    """The context after ``domain_event`` (``None``: the event changes none,
+    or names a task whose start was not seen)."""
+    if isinstance(domain_event, Task.Started):
+        return TaskContext(
+            run_id=domain_event.run_id,
+            agent=domain_event.agent,
+            last_commit=domain_event.last_commit,
+        )
+    if context is None:
+        return None
+    if isinstance(domain_event, Task.GateFailed | Task.BlacklistedStrategyAttempted):
+        failure = domain_event.failure
+        tried = context.strategies_tried
+        strategy = failure.strategy
+        if strategy:
+            strategy = strategy[:STRATEGY_SAID]
+            tried = (*(s for s in tried if s != strategy), strategy)[-STRATEGIES_SAID:]
+        blocked = (
+            domain_event.matched_strategy[:STRATEGY_SAID]
+            if isinstance(domain_event, Task.BlacklistedStrategyAttempted)
+            else None
+        )
+        return context.model_copy(
+            update={
+                "gate": failure.gate,
+                "exit_code": failure.exit_code,
+                "last_error": failure.last_error,
+                "strategies_tried": tried,
+                "blocked_strategy": blocked,
+                "failure_count": domain_event.consecutive_failures,
+            }
+        )
+    if isinstance(domain_event, Task.GatePassed):
+        return context.model_copy(
+            update={
+                "gate": domain_event.gate,
+                "exit_code": 0,
+                "last_error": None,
+                "strategies_tried": (),
+                "blocked_strategy": None,
+                "failure_count": 0,
+            }
+        )
+    if isinstance(domain_event, Task.Rewound):
+        return context.model_copy(update={"last_commit": domain_event.to_commit})
+    return None
 
 
 def message_id(originator_id: str, originator_version: int) -> str:
@@ -86,13 +168,36 @@ def _deadline(session: HumanSession) -> str | None:
     return None if session.deadline_at is None else session.deadline_at.isoformat()
 
 
+def message_of(
+    domain_event: Any, position: int, context: TaskContext | None = None
+) -> OutboxMessage | None:
+    """The message ``domain_event`` (recorded at ``position``) sends, if any,
+    with what ``context`` (its task's, before the event) says besides: the
+    run, the agent, the gate and its exit code, the strategies tried, the
+    last-error line, and a blacklist's blocked strategy."""
+    message = _message_of(domain_event, position)
+    if message is None or context is None:
+        return message
+    said = context.said()
+    if not isinstance(domain_event, Task.Paused) or (
+        domain_event.session.reason is not SessionReason.BLACKLISTED_STRATEGY
+    ):
+        said.pop("blocked_strategy", None)
+    data = {"task_id": message.task_id, **said, **message.data}
+    if not data.get("last_error"):
+        data.pop("last_error", None)
+        if context.last_error:
+            data["last_error"] = context.last_error
+    return message.model_copy(update={"data": data})
+
+
 @singledispatch
-def message_of(domain_event: Any, position: int) -> OutboxMessage | None:
-    """The message ``domain_event`` (recorded at ``position``) sends, if any."""
+def _message_of(domain_event: Any, position: int) -> OutboxMessage | None:
+    """The message of ``domain_event`` alone."""
     return None
 
 
-@message_of.register
+@_message_of.register
 def _(e: Task.Escalated, position: int) -> OutboxMessage:
     return _message(
         e,
@@ -101,12 +206,13 @@ def _(e: Task.Escalated, position: int) -> OutboxMessage:
         reason=e.session.reason.value,
         session_id=e.session.session_id,
         failure_count=e.report.failure_count,
-        last_error=e.report.last_error,
+        last_error=error_line(e.report.last_error),
+        strategies_tried=list(e.report.failed_strategies) or None,
         deadline_at=_deadline(e.session),
     )
 
 
-@message_of.register
+@_message_of.register
 def _(e: Task.Paused, position: int) -> OutboxMessage:
     return _message(
         e,
@@ -119,7 +225,7 @@ def _(e: Task.Paused, position: int) -> OutboxMessage:
     )
 
 
-@message_of.register
+@_message_of.register
 def _(e: Task.HandedOff, position: int) -> OutboxMessage:
     return _message(
         e,
@@ -127,7 +233,7 @@ def _(e: Task.HandedOff, position: int) -> OutboxMessage:
         MessageType.HANDOFF_OPENED,
         reason=HAND_OFF_REQUIRED,
         failure_count=e.payload.failure_count,
-        last_error=e.payload.last_error_excerpt,
+        last_error=e.payload.last_error,
         agent=e.payload.originating_agent,
     )
 
@@ -135,8 +241,19 @@ def _(e: Task.HandedOff, position: int) -> OutboxMessage:
 def _answered(
     e: Task.Resumed | Task.Rewound | Task.Skipped, position: int, action: str
 ) -> OutboxMessage | None:
-    if e.session_id is None:  # not an answer to a session (a skip while running)
-        return None
+    if e.session_id is None:
+        # Not an answer to a session: a rewind or skip of a running task, or
+        # of a hand-off. It changes the task's state all the same, so it is
+        # said (a hand-off's is said as the hand-off's end).
+        kind = {
+            "rewind": MessageType.TASK_REWOUND,
+            "skip": MessageType.TASK_SKIPPED,
+        }.get(action)
+        if kind is None:
+            return None
+        return _message(
+            e, position, kind, action=action, actor=e.actor, reason=e.reason
+        )
     return _message(
         e,
         position,
@@ -148,27 +265,49 @@ def _answered(
     )
 
 
-@message_of.register
+@_message_of.register
 def _(e: Task.Resumed, position: int) -> OutboxMessage | None:
     return _answered(e, position, "resume")
 
 
-@message_of.register
+@_message_of.register
 def _(e: Task.Rewound, position: int) -> OutboxMessage | None:
     return _answered(e, position, "rewind")
 
 
-@message_of.register
+@_message_of.register
 def _(e: Task.Skipped, position: int) -> OutboxMessage | None:
     return _answered(e, position, "skip")
 
 
-@message_of.register
+@_message_of.register
 def _(e: Task.HandoffClaimed, position: int) -> OutboxMessage:
-    return _message(e, position, MessageType.HANDOFF_CLAIMED, actor=e.actor)
+    kind = (
+        MessageType.HANDOFF_CLAIMED
+        if e.waiting_in is TaskState.HAND_OFF
+        else MessageType.SESSION_CLAIMED
+    )
+    return _message(e, position, kind, actor=e.actor)
 
 
-@message_of.register
+@_message_of.register
+def _(e: Task.ClaimReleased, position: int) -> OutboxMessage:
+    return _message(e, position, MessageType.CLAIM_RELEASED, actor=e.actor)
+
+
+@_message_of.register
+def _(e: Task.ClaimTakenOver, position: int) -> OutboxMessage:
+    return _message(
+        e,
+        position,
+        MessageType.CLAIM_TAKEN_OVER,
+        actor=e.actor,
+        previous=e.previous,
+        reason=e.reason,
+    )
+
+
+@_message_of.register
 def _(e: Task.HandoffResolved, position: int) -> OutboxMessage:
     return _message(
         e,
@@ -180,7 +319,7 @@ def _(e: Task.HandoffResolved, position: int) -> OutboxMessage:
     )
 
 
-@message_of.register
+@_message_of.register
 def _(e: Task.DeadlineExpired, position: int) -> OutboxMessage:
     return _message(
         e,
@@ -191,11 +330,12 @@ def _(e: Task.DeadlineExpired, position: int) -> OutboxMessage:
         deadline_at=e.deadline_at.isoformat(),
         actor=e.actor,
         failure_count=e.payload.failure_count,
-        last_error=e.payload.last_error_excerpt,
+        last_error=e.payload.last_error,
+        claimed_by=e.claimed_by,
     )
 
 
-@message_of.register
+@_message_of.register
 def _(e: Task.DeadlineReminded, position: int) -> OutboxMessage:
     return _message(
         e,
@@ -206,7 +346,7 @@ def _(e: Task.DeadlineReminded, position: int) -> OutboxMessage:
     )
 
 
-@message_of.register
+@_message_of.register
 def _(e: Task.GatePassed, position: int) -> OutboxMessage:
     return _message(e, position, MessageType.TASK_COMPLETED, gate=e.gate)
 
@@ -231,13 +371,28 @@ def _state_after(e: TaskEvent) -> TaskState:
     """The state after ``e``, from any state its trigger fires from: each
     event that sends a message leads to one state from all of them (the
     chart says so; the tests check it), so no fold of the task is needed. A
-    reminder leaves the task where it waits, which it records."""
-    if isinstance(e, Task.DeadlineReminded):
-        return e.waiting_in
+    reminder or a claim leaves the task where it waits, which it records."""
+    if isinstance(
+        e,
+        Task.DeadlineReminded
+        | Task.HandoffClaimed
+        | Task.ClaimReleased
+        | Task.ClaimTakenOver,
+    ):
+        return TaskState(e.waiting_in)
     return e.state_after(sources(_trigger_of(e))[0])
 
 
 MESSAGING_EVENTS: tuple[type[Any], ...] = tuple(
-    cls for cls in message_of.registry if cls is not object
+    cls for cls in _message_of.registry if cls is not object
 )
 """The event classes :func:`message_of` turns into messages."""
+
+CONTEXT_EVENTS: tuple[type[Any], ...] = (
+    Task.Started,
+    Task.GateFailed,
+    Task.BlacklistedStrategyAttempted,
+    Task.GatePassed,
+    Task.Rewound,
+)
+"""The event classes :func:`context_after` folds."""

@@ -15,7 +15,12 @@ from typing import Any, Literal, Protocol
 from devs.domain.chart import TaskState
 from devs.domain.gate import GateFailureReason
 from devs.domain.model import Immutable
-from devs.domain.names import DeliveryState, ResolutionValue, SessionReason
+from devs.domain.names import (
+    DeliveryState,
+    ResolutionValue,
+    SessionReason,
+    StopScope,
+)
 from devs.domain.outbox import OutboxMessage
 from devs.domain.run import RunStatus
 from devs.domain.task import FailureAnalysisReport, HandoffPayload
@@ -71,6 +76,8 @@ class PendingSession(Immutable):
     no deadline)."""
     reminded: bool = False
     """Whether the reminder before the deadline went out."""
+    claimed_by: str | None = None
+    """Who said "I'm on it" (only they may answer until they release it)."""
 
 
 class HandoffEntry(Immutable):
@@ -104,6 +111,8 @@ class RunState(Immutable):
     ready: tuple[str, ...]
     paused_by: tuple[str, ...]
     updated_at: datetime
+    stop_scope: StopScope = StopScope.RUN
+    """What a task's stop holds up: the whole run, or its descendants only."""
 
 
 HandoffEnd = Literal[ResolutionValue, "open"]

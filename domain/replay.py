@@ -55,6 +55,8 @@ HUMAN_INPUTS = (
     Task.Rewound,
     Task.Skipped,
     Task.HandoffClaimed,
+    Task.ClaimReleased,
+    Task.ClaimTakenOver,
     Task.HandoffResolved,
 )
 DEADLINE_INPUTS = (Task.DeadlineExpired, Task.DeadlineReminded)
@@ -105,18 +107,28 @@ def feed(task: Task, event: Any) -> None:
         case Task.LessonLogged():
             task.log_lesson(event.strategy, event.rca_summary)
         case Task.Resumed():
-            task.resume(actor=event.actor, reason=event.reason)
+            task.resume(actor=event.actor, reason=event.reason, as_recorded=True)
         case Task.Rewound():
             task.rewind(
-                actor=event.actor, reason=event.reason, to_commit=event.to_commit
+                actor=event.actor,
+                reason=event.reason,
+                to_commit=event.to_commit,
+                as_recorded=True,
             )
         case Task.Skipped():
-            task.skip(actor=event.actor, reason=event.reason)
+            task.skip(actor=event.actor, reason=event.reason, as_recorded=True)
         case Task.HandoffClaimed():
-            task.claim_handoff(actor=event.actor)
+            task.claim(actor=event.actor)
+        case Task.ClaimReleased():
+            task.release(actor=event.actor)
+        case Task.ClaimTakenOver():
+            task.take_over(actor=event.actor, reason=event.reason)
         case Task.HandoffResolved():
             task.resolve_handoff(
-                actor=event.actor, resolution=event.resolution, reason=event.reason
+                actor=event.actor,
+                resolution=event.resolution,
+                reason=event.reason,
+                as_recorded=True,
             )
         case Task.DeadlineExpired():
             task.expire_deadline(now=None)
@@ -337,7 +349,9 @@ def what_if(events: Sequence[Any], policy: Policy) -> TaskWhatIf:
         elif task.pending_session is not None and not isinstance(
             event, Task.LessonLogged
         ):
-            task.resume(actor=ASSUMED_ACTOR, reason="assumed answered at once")
+            task.resume(
+                actor=ASSUMED_ACTOR, reason="assumed answered at once", as_recorded=True
+            )
             task.collect_events()
             assumed += 1
         try:

@@ -36,6 +36,7 @@ from devs.domain.model import (
     AggregateSnapshot,
     SnapshotState,
 )
+from devs.domain.names import StopScope
 from devs.domain.values import DAG_MAX_NODES
 
 MAX_RUN_NODES = DAG_MAX_NODES
@@ -222,6 +223,7 @@ class RunSnapshotState(SnapshotState):
     settle_order: list[int]
     skipped: list[int]
     pausing: list[int]
+    stop_scope: StopScope = StopScope.RUN
 
     @model_validator(mode="before")
     @classmethod
@@ -265,6 +267,8 @@ class Run(Aggregate):
         run_id: str
         nodes: tuple[str, ...]
         prerequisites: tuple[tuple[int, ...], ...]
+        stop_scope: StopScope = StopScope.RUN
+        """What a task's stop holds up (recorded: a replay decides the same)."""
 
         @model_validator(mode="before")
         @classmethod
@@ -302,10 +306,22 @@ class Run(Aggregate):
         return f"run:{run_id}"
 
     @classmethod
-    def start(cls, run_id: str, dag: Mapping[str, Sequence[str]]) -> Run:
+    def start(
+        cls,
+        run_id: str,
+        dag: Mapping[str, Sequence[str]],
+        stop_scope: StopScope = StopScope.RUN,
+    ) -> Run:
         """A new run; refuses a bad DAG (:func:`plan`) before any event."""
         nodes, prerequisites = plan(dag)
-        return cls(run_id=run_id, nodes=nodes, prerequisites=prerequisites)
+        if stop_scope is StopScope.RUN:  # the event as before the scope existed
+            return cls(run_id=run_id, nodes=nodes, prerequisites=prerequisites)
+        return cls(
+            run_id=run_id,
+            nodes=nodes,
+            prerequisites=prerequisites,
+            stop_scope=stop_scope,
+        )
 
     @event(Started)
     def __init__(
@@ -313,10 +329,12 @@ class Run(Aggregate):
         run_id: str,
         nodes: tuple[str, ...],
         prerequisites: tuple[tuple[int, ...], ...],
+        stop_scope: StopScope = StopScope.RUN,
     ) -> None:
         self.run_id = run_id
         self.nodes = nodes
         self.prerequisites = prerequisites
+        self.stop_scope = StopScope(stop_scope)
         self.status = RunStatus.RUNNING
         self.start_order: list[int] = []
         self.settle_order: list[int] = []
@@ -474,7 +492,8 @@ class Run(Aggregate):
         index = self.position[task_id]
         self.pausing.append(index)
         self.paused_set.add(index)
-        self.status = RunStatus.PAUSED
+        if self.stop_scope is StopScope.RUN:
+            self.status = RunStatus.PAUSED
 
     @event(Resumed)
     def _resume(self, task_id: str) -> None:

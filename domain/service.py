@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from devs.domain.chart import StateValue
-from devs.domain.names import DeliveryStateValue, ResolutionValue
+from devs.domain.names import DeliveryStateValue, ResolutionValue, StopScopeValue
 from devs.domain.outbox import OutboxMessage
 
 if TYPE_CHECKING:
@@ -75,7 +75,13 @@ class RecoveryApi(Protocol):
 
     # ------------------------------------------------------------ commands
 
-    def start_run(self, run_id: str, dag: Mapping[str, Sequence[str]]) -> RunState: ...
+    def start_run(
+        self,
+        run_id: str,
+        dag: Mapping[str, Sequence[str]],
+        *,
+        stop_scope: StopScopeValue = "run",
+    ) -> RunState: ...
 
     def start_task(
         self,
@@ -105,15 +111,39 @@ class RecoveryApi(Protocol):
         self, task_id: str, failed_strategy: str, rca_summary: str
     ) -> Lesson: ...
 
-    def resume(self, task_id: str, *, actor: str, reason: str) -> ActionResult: ...
-
-    def rewind(
-        self, task_id: str, *, actor: str, reason: str, to_commit: str | None = None
+    def resume(
+        self, task_id: str, *, actor: str, reason: str, if_version: int | None = None
     ) -> ActionResult: ...
 
-    def skip(self, task_id: str, *, actor: str, reason: str) -> ActionResult: ...
+    def rewind(
+        self,
+        task_id: str,
+        *,
+        actor: str,
+        reason: str,
+        to_commit: str | None = None,
+        if_version: int | None = None,
+    ) -> ActionResult: ...
 
-    def claim_handoff(self, task_id: str, *, actor: str) -> ActionResult: ...
+    def skip(
+        self, task_id: str, *, actor: str, reason: str, if_version: int | None = None
+    ) -> ActionResult: ...
+
+    def claim(
+        self, task_id: str, *, actor: str, if_version: int | None = None
+    ) -> ActionResult: ...
+
+    def claim_handoff(
+        self, task_id: str, *, actor: str, if_version: int | None = None
+    ) -> ActionResult: ...
+
+    def release(
+        self, task_id: str, *, actor: str, if_version: int | None = None
+    ) -> ActionResult: ...
+
+    def take_over(
+        self, task_id: str, *, actor: str, reason: str, if_version: int | None = None
+    ) -> ActionResult: ...
 
     def resolve_handoff(
         self,
@@ -122,6 +152,7 @@ class RecoveryApi(Protocol):
         actor: str,
         resolution: ResolutionValue,
         reason: str,
+        if_version: int | None = None,
     ) -> ActionResult: ...
 
     # ------------------------------------------------------------- queries

@@ -16,7 +16,7 @@ from eventsourcing.utils import register_topic
 
 from devs.domain import blacklist, chain
 from devs.domain.chart import WORKING, TaskState, Trigger, destination
-from devs.domain.errors import IllegalTransition, InvalidInput
+from devs.domain.errors import Claimed, IllegalTransition, InvalidInput, StaleAnswer
 from devs.domain.gate import GateResult
 from devs.domain.model import (
     Aggregate,
@@ -32,6 +32,8 @@ from devs.domain.names import (
     Resolution,
     SessionReason,
 )
+from devs.domain.output import clean as clean_text
+from devs.domain.output import error_line, keep
 from devs.domain.policy import MAX_HUMAN_DEADLINE, Policy, StuckDetection
 from devs.domain.redaction import error_hash, excerpt, redact
 from devs.domain.stuck import WINDOW as STUCK_WINDOW
@@ -40,7 +42,11 @@ from devs.domain.values import ERROR_MAX, OUTPUT_MAX, cut
 
 MAX_LESSONS_PER_TASK = 1_000
 ERROR_MESSAGE_LIMIT = 2_000
-OUTPUT_EXCERPT_LIMIT = 2_000
+OUTPUT_EXCERPT_LIMIT = 4_000
+"""What a failure keeps of its output: the head and the tail
+(:func:`devs.domain.output.keep`)."""
+FAILING_TESTS_READ = 2_000
+"""How much of the output's end the failing-test count reads."""
 BLACKLISTED_STRATEGY = "BLACKLISTED_STRATEGY"
 
 
@@ -58,6 +64,21 @@ class FailureRecord(Value):
     at: datetime
     failing_tests: int | None = None
     """How many tests the output says failed (stuck detection reads it)."""
+    error_line: str | None = None
+    """The line that says what went wrong (:func:`devs.domain.output.error_line`
+    of the whole output, then the error), read before the output was cut;
+    ``None`` in a failure recorded before this field existed."""
+
+    @property
+    def last_error(self) -> str:
+        """The one "last error" every surface shows: :attr:`error_line`, or,
+        for a failure recorded before it existed, the same rule applied to
+        what was kept."""
+        if self.error_line is not None:
+            return self.error_line
+        return error_line(
+            self.output_excerpt, self.error_message, exit_code=self.exit_code
+        )
 
 
 EntropySource = Literal["reported", "derived"]
@@ -104,6 +125,13 @@ class HandoffPayload(Value):
     reason: str | None = None
     """Why it was handed off: ``None`` when the ladder did (too many
     failures), ``human_deadline`` when nobody answered its human in time."""
+
+    @property
+    def last_error(self) -> str:
+        """The last failure's :attr:`FailureRecord.last_error`."""
+        if self.failure_history:
+            return self.failure_history[-1].last_error
+        return error_line(self.last_error_excerpt)
 
 
 class TaskSnapshotState(SnapshotState):
@@ -274,7 +302,8 @@ class Task(Aggregate):
 
     class DeadlineExpired(TaskEvent):
         """Nobody answered the pending session by its deadline: the task is
-        handed off (fails closed), never resumed."""
+        handed off (fails closed), never resumed. A claim on the session
+        carries over to the hand-off."""
 
         TOPIC: ClassVar[str] = "devs:Task.DeadlineExpired"
         trigger = Trigger.EXPIRE_DEADLINE
@@ -283,6 +312,8 @@ class Task(Aggregate):
         actor: str
         reason: str
         payload: HandoffPayload
+        claimed_by: str | None = None
+        """Who had claimed the session, and now holds the hand-off."""
 
     class DeadlineReminded(TaskEvent):
         """The pending session's deadline is near: a reminder went out."""
@@ -296,9 +327,34 @@ class Task(Aggregate):
         its message names it without a fold of the task)."""
 
     class HandoffClaimed(TaskEvent):
+        """Someone claimed a stop ("I'm on it"): an escalation, a pause or a
+        hand-off (named for the hand-offs, which alone could be claimed when
+        the event was first recorded)."""
+
         TOPIC: ClassVar[str] = "devs:Task.HandoffClaimed"
         trigger = Trigger.CLAIM
         actor: str
+        waiting_in: TaskState = TaskState.HAND_OFF
+        """The state the claimed task waits in (a claim leaves it there)."""
+
+    class ClaimReleased(TaskEvent):
+        """The claimer let go of a stop: anyone may answer it again."""
+
+        TOPIC: ClassVar[str] = "devs:Task.ClaimReleased"
+        trigger = Trigger.RELEASE
+        actor: str
+        waiting_in: TaskState
+
+    class ClaimTakenOver(TaskEvent):
+        """Someone took a claimed stop over from its claimer."""
+
+        TOPIC: ClassVar[str] = "devs:Task.ClaimTakenOver"
+        trigger = Trigger.TAKE_OVER
+        actor: str
+        previous: str
+        """Who held the claim."""
+        reason: str
+        waiting_in: TaskState
 
     class HandoffResolved(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.HandoffResolved"
@@ -406,7 +462,7 @@ class Task(Aggregate):
             task_id=self.task_id,
             failure_count=self.consecutive_failures,
             failed_strategies=self.failed_strategies,
-            last_error=(last.error_message or last.output_excerpt) if last else "",
+            last_error=last.last_error if last else "",
             last_error_hash=last.error_hash if last else None,
             stuck=self.stuck,
         )
@@ -475,10 +531,17 @@ class Task(Aggregate):
         # Redacted whole, then cut to their limits (saying so): cut first, a
         # secret across the cut point would be half kept, too short to be
         # recognised. The hash and the failing-test count read the whole text.
-        clean_output = redact(output) if output else ""
-        clean_error = redact(error) if error else ""
+        clean_output = redact(clean_text(output)) if output else ""
+        clean_error = redact(clean_text(error)) if error else ""
         if not clean_error:
             clean_error = _describe_failure(result)
+        # The runner's error line; else the caller's own error's last line,
+        # else the output's.
+        line = (
+            error_line(clean_error, clean_output)
+            if error
+            else error_line(clean_output, clean_error)
+        )
         kept_error = _kept(clean_error, ERROR_MAX, ERROR_MESSAGE_LIMIT)
         kept_output = _kept(clean_output, OUTPUT_MAX, OUTPUT_EXCERPT_LIMIT)
         failure = FailureRecord.of(
@@ -492,9 +555,10 @@ class Task(Aggregate):
                 "output_excerpt": kept_output,
                 "error_hash": error_hash(clean_output or clean_error),
                 "at": datetime_now_with_tzinfo(),
-                "failing_tests": failing_tests(clean_output[-OUTPUT_EXCERPT_LIMIT:])
+                "failing_tests": failing_tests(clean_output[-FAILING_TESTS_READ:])
                 if clean_output
                 else None,
+                "error_line": line,
             }
         )
         self._fail(failure)  # the chart allowed it above
@@ -590,53 +654,162 @@ class Task(Aggregate):
         assert isinstance(logged, Task.LessonLogged)
         return logged
 
-    def resume(self, *, actor: str, reason: str) -> str | None:
-        """Let the agent go on; returns the human session this answers."""
+    def resume(
+        self,
+        *,
+        actor: str,
+        reason: str,
+        if_version: int | None = None,
+        as_recorded: bool = False,
+    ) -> str | None:
+        """Let the agent go on; returns the human session this answers.
+
+        Every answer (``resume``, ``rewind``, ``skip``, ``resolve_handoff``,
+        ``claim``, ``release``, ``take_over``) may name the version of the
+        task it answers (``if_version``): another version is refused
+        (:class:`StaleAnswer`, nothing written). A stop claimed by someone
+        else is refused (:class:`Claimed`) unless ``as_recorded`` (a replay
+        of what was recorded)."""
+        self._answering(if_version)
         destination(Trigger.RESUME, self.state)
+        clean_actor = redact(actor)
+        self._unclaimed(clean_actor, as_recorded)
         session_id = self.pending_session_id
-        self._resume(actor=redact(actor), reason=redact(reason), session_id=session_id)
+        self._resume(actor=clean_actor, reason=redact(reason), session_id=session_id)
         return session_id
 
-    def rewind(self, *, actor: str, reason: str, to_commit: str | None) -> str | None:
+    def rewind(
+        self,
+        *,
+        actor: str,
+        reason: str,
+        to_commit: str | None,
+        if_version: int | None = None,
+        as_recorded: bool = False,
+    ) -> str | None:
         """Back to work from a commit; returns the human session this answers."""
+        self._answering(if_version)
         destination(Trigger.REWIND, self.state)
+        clean_actor = redact(actor)
+        self._unclaimed(clean_actor, as_recorded)
         session_id = self.pending_session_id
         self._rewind(
-            actor=redact(actor),
+            actor=clean_actor,
             reason=redact(reason),
             to_commit=to_commit if to_commit is not None else self.starting_commit,
             session_id=session_id,
         )
         return session_id
 
-    def skip(self, *, actor: str, reason: str) -> str | None:
+    def skip(
+        self,
+        *,
+        actor: str,
+        reason: str,
+        if_version: int | None = None,
+        as_recorded: bool = False,
+    ) -> str | None:
         """Skip the task; returns the human session this answers."""
+        self._answering(if_version)
         destination(Trigger.SKIP, self.state)
+        clean_actor = redact(actor)
+        self._unclaimed(clean_actor, as_recorded)
         session_id = self.pending_session_id
-        self._skip(actor=redact(actor), reason=redact(reason), session_id=session_id)
+        self._skip(actor=clean_actor, reason=redact(reason), session_id=session_id)
         return session_id
 
-    def claim_handoff(self, *, actor: str) -> None:
+    def claim(self, *, actor: str, if_version: int | None = None) -> None:
+        """Say "I'm on it" for the stop the task waits in (an escalation, a
+        pause or a hand-off): until released or taken over, only ``actor``
+        may answer it."""
+        self._answering(if_version)
         destination(Trigger.CLAIM, self.state)
-        if self.claimed_by is not None:
-            msg = (
-                f"the hand-off of task {self.task_id!r} is already claimed by "
-                f"{self.claimed_by!r}"
-            )
+        clean_actor = redact(actor)
+        if self.claimed_by == clean_actor:
+            msg = f"task {self.task_id!r} is already claimed by you ({clean_actor!r})"
             raise IllegalTransition(msg, state=self.state)
-        self._claim(actor=redact(actor))
+        self._unclaimed(clean_actor, as_recorded=False)
+        self._claim(actor=clean_actor, waiting_in=self.state)
+
+    claim_handoff = claim
+    """The name a claim had when only hand-offs could be claimed."""
+
+    def release(self, *, actor: str, if_version: int | None = None) -> None:
+        """The claimer lets go of the stop: anyone may answer it again."""
+        self._answering(if_version)
+        destination(Trigger.RELEASE, self.state)
+        clean_actor = redact(actor)
+        if self.claimed_by is None:
+            msg = f"task {self.task_id!r} is not claimed: there is nothing to release"
+            raise IllegalTransition(msg, state=self.state)
+        self._unclaimed(clean_actor, as_recorded=False)
+        self._release(actor=clean_actor, waiting_in=self.state)
+
+    def take_over(
+        self, *, actor: str, reason: str, if_version: int | None = None
+    ) -> str:
+        """Take a claimed stop over from its claimer (recorded: who took it
+        from whom, and why); returns who held it."""
+        self._answering(if_version)
+        destination(Trigger.TAKE_OVER, self.state)
+        clean_actor = redact(actor)
+        previous = self.claimed_by
+        if previous is None:
+            msg = f"task {self.task_id!r} is not claimed: claim it instead"
+            raise IllegalTransition(msg, state=self.state)
+        if previous == clean_actor:
+            msg = f"task {self.task_id!r} is already claimed by you ({clean_actor!r})"
+            raise IllegalTransition(msg, state=self.state)
+        self._take_over(
+            actor=clean_actor,
+            previous=previous,
+            reason=redact(reason),
+            waiting_in=self.state,
+        )
+        return previous
 
     def resolve_handoff(
-        self, *, actor: str, resolution: Resolution, reason: str
+        self,
+        *,
+        actor: str,
+        resolution: Resolution,
+        reason: str,
+        if_version: int | None = None,
+        as_recorded: bool = False,
     ) -> None:
+        """End a hand-off: ``return`` it to the agent, ``complete`` or
+        ``skip`` it. Unclaimed, anyone may; claimed, only its claimer."""
+        self._answering(if_version)
         destination(RESOLUTION_TRIGGERS[resolution], self.state)
-        if self.claimed_by is None:
-            msg = (
-                f"the hand-off of task {self.task_id!r} is not claimed; "
-                "claim it before resolving it"
-            )
-            raise IllegalTransition(msg, state=self.state)
-        self._resolve(actor=redact(actor), reason=redact(reason), resolution=resolution)
+        clean_actor = redact(actor)
+        self._unclaimed(clean_actor, as_recorded)
+        self._resolve(actor=clean_actor, reason=redact(reason), resolution=resolution)
+
+    def _answering(self, if_version: int | None) -> None:
+        """Refuse an answer to a version of the task that is not the latest."""
+        if if_version is None or if_version == self.version:
+            return
+        msg = (
+            f"task {self.task_id!r} is at version {self.version} ({self.state}), "
+            f"not the version {if_version} this answer was given for: it changed "
+            "since (someone else may have answered first). Nothing was written; "
+            f"read it again (`devs show {self.task_id}`) and answer what it is now"
+        )
+        raise StaleAnswer(
+            msg, task_id=self.task_id, version=self.version, answered=if_version
+        )
+
+    def _unclaimed(self, actor: str, as_recorded: bool) -> None:
+        """Refuse ``actor``'s answer to a stop someone else claimed."""
+        holder = self.claimed_by
+        if holder is None or holder == actor or as_recorded:
+            return
+        msg = (
+            f"task {self.task_id!r} is claimed by {holder!r}: they are on it. "
+            f"Ask them to release it (`devs release {self.task_id}`), or take it "
+            f"over (`devs take-over {self.task_id} --reason ...`)"
+        )
+        raise Claimed(msg, task_id=self.task_id, claimed_by=holder)
 
     def expire_deadline(self, *, now: datetime | None) -> str:
         """Hand the task off because nobody answered its human session by the
@@ -666,6 +839,7 @@ class Task(Aggregate):
             actor=DEADLINE_ACTOR,
             reason=HUMAN_DEADLINE,
             payload=payload,
+            claimed_by=self.claimed_by,
         )
         return session.session_id
 
@@ -840,6 +1014,7 @@ class Task(Aggregate):
     @event(Resumed)
     def _resume(self, actor: str, reason: str, session_id: str | None) -> None:
         self.pending_session = None
+        self.claimed_by = None
 
     @event(Rewound)
     def _rewind(
@@ -866,10 +1041,11 @@ class Task(Aggregate):
         actor: str,
         reason: str,
         payload: HandoffPayload,
+        claimed_by: str | None = None,
     ) -> None:
         self.pending_session = None
         self.handoff = payload
-        self.claimed_by = None
+        self.claimed_by = claimed_by
 
     @event(DeadlineReminded)
     def _remind(
@@ -878,7 +1054,17 @@ class Task(Aggregate):
         self.reminded_session_id = session_id
 
     @event(HandoffClaimed)
-    def _claim(self, actor: str) -> None:
+    def _claim(self, actor: str, waiting_in: TaskState = TaskState.HAND_OFF) -> None:
+        self.claimed_by = actor
+
+    @event(ClaimReleased)
+    def _release(self, actor: str, waiting_in: TaskState) -> None:
+        self.claimed_by = None
+
+    @event(ClaimTakenOver)
+    def _take_over(
+        self, actor: str, previous: str, reason: str, waiting_in: TaskState
+    ) -> None:
         self.claimed_by = actor
 
     @event(HandoffResolved)
@@ -899,6 +1085,8 @@ HUMAN_EVENTS: dict[HumanAction, type[TaskEvent]] = {
     HumanAction.SKIP: Task.Skipped,
     HumanAction.CLAIM: Task.HandoffClaimed,
     HumanAction.RESOLVE: Task.HandoffResolved,
+    HumanAction.RELEASE: Task.ClaimReleased,
+    HumanAction.TAKE_OVER: Task.ClaimTakenOver,
 }
 """The event each human action records."""
 
@@ -918,8 +1106,10 @@ register_topic(Task.Snapshot.TOPIC, Task.Snapshot)
 
 
 def _kept(text: str, limit: int, stored: int) -> str:
-    """What a failure keeps of ``text``: its last ``stored`` characters, and,
-    when it was longer than its ``limit``, a marker before them saying so."""
+    """What a failure keeps of ``text``: at most ``stored`` characters, its
+    head and its tail with a marker of what was cut between
+    (:func:`devs.domain.output.keep`); a text longer than its ``limit`` was
+    cut to it first (:func:`~devs.domain.values.cut`, whose marker leads)."""
     if len(text) > limit:
-        return cut(text, limit, keep=stored)
-    return excerpt(text, stored)
+        text = cut(text, limit)
+    return keep(text, stored)

@@ -66,6 +66,8 @@ from devs.domain.names import (
     DeliveryStateValue,
     Resolution,
     ResolutionValue,
+    StopScope,
+    StopScopeValue,
 )
 from devs.domain.redaction import redact, secret_kind
 
@@ -88,6 +90,7 @@ __all__ = [
     "SUMMARY_MAX",
     "Actor",
     "AgentName",
+    "AnsweredVersion",
     "AwareTime",
     "CommitId",
     "Dag",
@@ -106,6 +109,7 @@ __all__ = [
     "ResolutionName",
     "RunId",
     "StateName",
+    "StopScopeName",
     "Strategy",
     "TaskId",
     "Version",
@@ -472,6 +476,24 @@ EntropyScore = Annotated[
 Version = Annotated[int, Field(strict=True), Wording(_version)]
 """An event number (its range depends on the task, so is checked there)."""
 
+
+VERSION_MAX = 2**63 - 1
+"""The largest task version an answer may name (a 64-bit integer)."""
+
+
+def _answered_version(name: str, error: ErrorDetails, loc: Loc) -> str:
+    value = error["input"]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{name} {_describe(value)} is out of range [1, {VERSION_MAX:,}]"
+    return f"{name} must be a positive integer (a task's version), got {_got(value)}"
+
+
+AnsweredVersion = Annotated[
+    int, Field(strict=True, ge=1, le=VERSION_MAX), Wording(_answered_version)
+]
+"""The task version a human answer names (``if_version``, HTTP ``If-Match``):
+a positive int; another version than the task's refuses the answer."""
+
 POSITION_MAX = 2**63 - 2
 """The largest log position a query may start after (SQLite integers are 64-bit)."""
 
@@ -631,6 +653,10 @@ STATES = tuple(member.value for member in TaskState)
 
 ResolutionName = Annotated[ResolutionValue, _one_of(RESOLUTIONS)]
 """How a human resolves a hand-off (a ``Resolution`` member or its value)."""
+
+STOP_SCOPES = tuple(member.value for member in StopScope)
+StopScopeName = Annotated[StopScopeValue, _one_of(STOP_SCOPES)]
+"""What a task's stop holds up in its run: ``run`` or ``descendants``."""
 
 StateName = Annotated[StateValue, _one_of(STATES)]
 """A task state (a ``TaskState`` member or its value)."""

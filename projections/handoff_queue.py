@@ -25,8 +25,10 @@ class HandoffQueueView(TrackingRecorder, ABC):
         """Add a handed-off task."""
 
     @abstractmethod
-    def claim(self, task_id: str, actor: str, at: str, tracking: Tracking) -> None:
-        """A human took it."""
+    def claim(
+        self, task_id: str, actor: str | None, at: str | None, tracking: Tracking
+    ) -> None:
+        """A human took it (``None``: the claim was released)."""
 
     @abstractmethod
     def dequeue(self, task_id: str, tracking: Tracking) -> None:
@@ -44,6 +46,7 @@ class HandoffQueueProjection(ReadModelProjection[HandoffQueueView]):
     @process_event.register(Task.DeadlineExpired)
     def _(self, e: Task.HandedOff | Task.DeadlineExpired, tracking: Tracking) -> None:
         payload = e.payload
+        claimed = e.claimed_by if isinstance(e, Task.DeadlineExpired) else None
         self.view.enqueue(
             {
                 "task_id": task_id_of(e.originator_id),
@@ -58,17 +61,25 @@ class HandoffQueueProjection(ReadModelProjection[HandoffQueueView]):
                     exclude={"reason"} if payload.reason is None else None
                 ),
                 "position": tracking.notification_id,
-                "claimed_by": None,
-                "claimed_at": None,
+                # A claim on the session an expiry ended carries over.
+                "claimed_by": claimed,
+                "claimed_at": e.timestamp.isoformat() if claimed else None,
             },
             tracking,
         )
 
-    @process_event.register
-    def _(self, e: Task.HandoffClaimed, tracking: Tracking) -> None:
+    @process_event.register(Task.HandoffClaimed)
+    @process_event.register(Task.ClaimTakenOver)
+    def _(
+        self, e: Task.HandoffClaimed | Task.ClaimTakenOver, tracking: Tracking
+    ) -> None:
         self.view.claim(
             task_id_of(e.originator_id), e.actor, e.timestamp.isoformat(), tracking
         )
+
+    @process_event.register
+    def _(self, e: Task.ClaimReleased, tracking: Tracking) -> None:
+        self.view.claim(task_id_of(e.originator_id), None, None, tracking)
 
     @process_event.register(Task.HandoffResolved)
     @process_event.register(Task.Rewound)
@@ -109,7 +120,9 @@ class HandoffQueueTables(HandoffQueueView, SQLTables):
                 + ", ".join(f"{name} = excluded.{name}" for name in row),
             )
 
-    def claim(self, task_id: str, actor: str, at: str, tracking: Tracking) -> None:
+    def claim(
+        self, task_id: str, actor: str | None, at: str | None, tracking: Tracking
+    ) -> None:
         with self.changes(tracking) as cursor:
             cursor.execute(
                 "UPDATE handoff_queue SET claimed_by = ?, claimed_at = ? "

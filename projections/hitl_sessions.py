@@ -40,6 +40,10 @@ class HumanSessionsView(TrackingRecorder, ABC):
         """Record that the session's reminder went out."""
 
     @abstractmethod
+    def claim(self, task_id: str, actor: str | None, tracking: Tracking) -> None:
+        """Record who claimed the task's pending session (``None``: released)."""
+
+    @abstractmethod
     def pending_sessions(self) -> list[PendingSession]:
         """Sessions that wait for a human, oldest first."""
 
@@ -80,6 +84,17 @@ class HumanSessionsProjection(ReadModelProjection[HumanSessionsView]):
             "answer_reason": e.reason,
         }
         self.view.answer(e.session_id, expiry, tracking)
+
+    @process_event.register(Task.HandoffClaimed)
+    @process_event.register(Task.ClaimTakenOver)
+    def _(
+        self, e: Task.HandoffClaimed | Task.ClaimTakenOver, tracking: Tracking
+    ) -> None:
+        self.view.claim(task_id_of(e.originator_id), e.actor, tracking)
+
+    @process_event.register
+    def _(self, e: Task.ClaimReleased, tracking: Tracking) -> None:
+        self.view.claim(task_id_of(e.originator_id), None, tracking)
 
     @process_event.register
     def _(self, e: Task.DeadlineReminded, tracking: Tracking) -> None:
@@ -122,7 +137,7 @@ class HumanSessionsTables(HumanSessionsView, SQLTables):
     """The ``hitl_sessions`` tables and their SQL (SQLite and PostgreSQL alike)."""
 
     name: ClassVar[str] = "hitl_sessions"
-    schema_version: ClassVar[int] = 2  # v2: deadlines, reminders, expiries
+    schema_version: ClassVar[int] = 3  # v2: deadlines, reminders; v3: claims
     tables: ClassVar[tuple[str, ...]] = ("hitl_sessions",)
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS hitl_sessions ("
@@ -139,7 +154,8 @@ class HumanSessionsTables(HumanSessionsView, SQLTables):
         "answer TEXT, "
         "answer_reason TEXT, "
         "deadline_at TEXT, "
-        "reminded INTEGER NOT NULL DEFAULT 0)",
+        "reminded INTEGER NOT NULL DEFAULT 0, "
+        "claimed_by TEXT)",
         "CREATE INDEX IF NOT EXISTS hitl_sessions_status "
         "ON hitl_sessions (status, position)",
         "CREATE INDEX IF NOT EXISTS hitl_sessions_task_id ON hitl_sessions (task_id)",
@@ -148,6 +164,7 @@ class HumanSessionsTables(HumanSessionsView, SQLTables):
         "ALTER TABLE hitl_sessions ADD COLUMN IF NOT EXISTS deadline_at TEXT",
         "ALTER TABLE hitl_sessions ADD COLUMN IF NOT EXISTS "
         "reminded INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE hitl_sessions ADD COLUMN IF NOT EXISTS claimed_by TEXT",
     )
 
     def open_session(self, row: dict[str, Any], tracking: Tracking) -> None:
@@ -164,6 +181,14 @@ class HumanSessionsTables(HumanSessionsView, SQLTables):
         with self.changes(tracking) as cursor:
             self._update(cursor, "hitl_sessions", ("id", session_id), {"reminded": 1})
 
+    def claim(self, task_id: str, actor: str | None, tracking: Tracking) -> None:
+        with self.changes(tracking) as cursor:
+            cursor.execute(
+                "UPDATE hitl_sessions SET claimed_by = ? "
+                "WHERE task_id = ? AND status = ?",
+                (actor, task_id, PENDING),
+            )
+
     def pending_sessions(self) -> list[PendingSession]:
         rows = self._select(
             "SELECT * FROM hitl_sessions WHERE status = ? ORDER BY position",
@@ -179,6 +204,7 @@ class HumanSessionsTables(HumanSessionsView, SQLTables):
                 failure_count=row["failure_count"],
                 deadline_at=row["deadline_at"],
                 reminded=bool(row["reminded"]),
+                claimed_by=row["claimed_by"],
             )
             for row in rows
         ]

@@ -16,23 +16,24 @@ from typing import Any, ClassVar
 import orjson
 from eventsourcing.persistence import Tracking, TrackingRecorder
 
-from devs.domain.outbox import MESSAGING_EVENTS, OutboxMessage, message_of
-from devs.domain.task import Task
+from devs.domain.outbox import (
+    CONTEXT_EVENTS,
+    MESSAGING_EVENTS,
+    OutboxMessage,
+    TaskContext,
+    context_after,
+    message_of,
+)
+from devs.domain.task import task_id_of
 from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, folds
 
 
 class OutboxView(TrackingRecorder, ABC):
     @abstractmethod
-    def add_task(self, task_id: str, run_id: str | None, tracking: Tracking) -> None:
-        """Remember the run a task belongs to (its messages name it)."""
-
-    @abstractmethod
-    def add_message(self, row: dict[str, Any], tracking: Tracking) -> None:
-        """Record a message to send, with the run of its task in its data."""
-
-    @abstractmethod
-    def passed(self, tracking: Tracking) -> None:
-        """Record only the position (an event that sends nothing this time)."""
+    def add_message(self, domain_event: Any, task_id: str, tracking: Tracking) -> None:
+        """Record the message ``domain_event`` sends (if any), with what its
+        task's context says, and the task's context after it; and the
+        position."""
 
     @abstractmethod
     def outbox_messages(self, after: int, limit: int) -> list[OutboxMessage]:
@@ -41,34 +42,17 @@ class OutboxView(TrackingRecorder, ABC):
 
 
 def _fold(self: Any, domain_event: Any, tracking: Tracking) -> None:
-    message = message_of(domain_event, tracking.notification_id)
-    if message is None:  # an event of a class that sends only sometimes
-        self.view.passed(tracking)
-        return
     self.view.add_message(
-        {
-            "message_id": message.id,
-            "position": message.position,
-            "type": message.type.value,
-            "task_id": message.task_id,
-            "occurred_at": message.timestamp.isoformat(),
-            "data": orjson.dumps(message.data).decode(),
-        },
-        tracking,
+        domain_event, task_id_of(domain_event.originator_id), tracking
     )
 
 
-def _started(self: Any, domain_event: Task.Started, tracking: Tracking) -> None:
-    self.view.add_task(domain_event.task_id, domain_event.run_id, tracking)
-
-
 class OutboxProjection(ReadModelProjection[OutboxView]):
-    """One handler for every event class that may send a message, and one
-    for a task's start (the run its messages name)."""
+    """One handler for every event class that may send a message or changes
+    what a task's messages say."""
 
     process_event = folds()
-    process_event.register(Task.Started, _started)
-    for _event_class in MESSAGING_EVENTS:
+    for _event_class in {*MESSAGING_EVENTS, *CONTEXT_EVENTS}:
         process_event.register(_event_class, _fold)
     del _event_class
 
@@ -77,7 +61,7 @@ class OutboxTables(OutboxView, SQLTables):
     """The ``outbox_messages`` table and its SQL (SQLite and PostgreSQL)."""
 
     name: ClassVar[str] = "outbox"
-    schema_version: ClassVar[int] = 2
+    schema_version: ClassVar[int] = 3  # v3: every task's context
     tables: ClassVar[tuple[str, ...]] = ("outbox_messages", "outbox_task_runs")
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS outbox_messages ("
@@ -91,37 +75,61 @@ class OutboxTables(OutboxView, SQLTables):
         "ON outbox_messages (position)",
         "CREATE TABLE IF NOT EXISTS outbox_task_runs ("
         "task_id TEXT PRIMARY KEY, "
-        "run_id TEXT NOT NULL)",
+        "run_id TEXT, "
+        "context TEXT)",
+    )
+    pg_migrations: ClassVar[tuple[str, ...]] = (
+        "ALTER TABLE outbox_task_runs ALTER COLUMN run_id DROP NOT NULL",
+        "ALTER TABLE outbox_task_runs ADD COLUMN IF NOT EXISTS context TEXT",
     )
 
-    def add_task(self, task_id: str, run_id: str | None, tracking: Tracking) -> None:
-        with self.changes(tracking) as cursor:
-            if run_id is not None:  # most tasks belong to no run: no row
-                row = {"task_id": task_id, "run_id": run_id}
-                self._insert(
-                    cursor, "outbox_task_runs", row, "ON CONFLICT (task_id) DO NOTHING"
-                )
-
-    def add_message(self, row: dict[str, Any], tracking: Tracking) -> None:
+    def add_message(self, domain_event: Any, task_id: str, tracking: Tracking) -> None:
+        # Read and written with one cursor: in a catch-up's batch the task's
+        # start may be in the same uncommitted transaction. The position is
+        # written with the rows, as every other write: with the view's own
+        # tracking on SQLite, in the fold's transaction on PostgreSQL.
         with self.changes(tracking) as cursor:
             cursor.execute(
-                "SELECT run_id FROM outbox_task_runs WHERE task_id = ?",
-                (row["task_id"],),
+                "SELECT run_id, context FROM outbox_task_runs WHERE task_id = ?",
+                (task_id,),
             )
             found = cursor.fetchone()
+            before: TaskContext | None = None
             if found is not None:
-                data = orjson.loads(row["data"])
-                named = {"task_id": data["task_id"], "run_id": found["run_id"], **data}
-                row = {**row, "data": orjson.dumps(named).decode()}
-            self._insert(
-                cursor, "outbox_messages", row, "ON CONFLICT (message_id) DO NOTHING"
-            )
-
-    def passed(self, tracking: Tracking) -> None:
-        # The position alone, as every other write: with the view's own
-        # tracking on SQLite, in the fold's transaction on PostgreSQL.
-        with self.changes(tracking):
-            pass
+                before = (
+                    TaskContext(run_id=found["run_id"])  # an older release's row
+                    if found["context"] is None
+                    else TaskContext.model_validate_json(found["context"])
+                )
+            message = message_of(domain_event, tracking.notification_id, before)
+            if message is not None:
+                row = {
+                    "message_id": message.id,
+                    "position": message.position,
+                    "type": message.type.value,
+                    "task_id": message.task_id,
+                    "occurred_at": message.timestamp.isoformat(),
+                    "data": orjson.dumps(message.data).decode(),
+                }
+                self._insert(
+                    cursor,
+                    "outbox_messages",
+                    row,
+                    "ON CONFLICT (message_id) DO NOTHING",
+                )
+            after = context_after(before, domain_event)
+            if after is not None:
+                self._insert(
+                    cursor,
+                    "outbox_task_runs",
+                    {
+                        "task_id": task_id,
+                        "run_id": after.run_id,
+                        "context": after.model_dump_json(),
+                    },
+                    "ON CONFLICT (task_id) DO UPDATE SET "
+                    "run_id = excluded.run_id, context = excluded.context",
+                )
 
     def outbox_messages(self, after: int, limit: int) -> list[OutboxMessage]:
         rows = self._select(

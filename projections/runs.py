@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from eventsourcing.persistence import Tracking, TrackingRecorder
 
+from devs.domain.names import StopScope
 from devs.domain.ports import RunState
 from devs.domain.run import NodeOutcome, Run, RunStatus
 from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, folds
@@ -110,7 +111,7 @@ class RunsTables(RunsView, SQLTables):
     """The ``runs`` tables and their SQL (SQLite and PostgreSQL alike)."""
 
     name: ClassVar[str] = "runs"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2  # v2: stop scopes
     tables: ClassVar[tuple[str, ...]] = ("runs", "run_nodes", "run_edges")
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS runs ("
@@ -119,6 +120,7 @@ class RunsTables(RunsView, SQLTables):
         "node_count INTEGER NOT NULL, "
         "settled_count INTEGER NOT NULL DEFAULT 0, "
         "paused_count INTEGER NOT NULL DEFAULT 0, "
+        "stop_scope TEXT NOT NULL DEFAULT 'run', "
         "started_at TEXT NOT NULL, "
         "updated_at TEXT NOT NULL)",
         "CREATE TABLE IF NOT EXISTS run_nodes ("
@@ -144,6 +146,10 @@ class RunsTables(RunsView, SQLTables):
         "PRIMARY KEY (run_id, prerequisite, node_id))",
         "CREATE INDEX IF NOT EXISTS run_edges_node ON run_edges (run_id, node_id)",
     )
+    pg_migrations: ClassVar[tuple[str, ...]] = (
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS "
+        "stop_scope TEXT NOT NULL DEFAULT 'run'",
+    )
 
     def insert_run(self, run_id: str, e: Run.Started, tracking: Tracking) -> None:
         at = e.timestamp.isoformat()
@@ -151,8 +157,9 @@ class RunsTables(RunsView, SQLTables):
         with self.changes(tracking) as cursor:
             cursor.execute(
                 "INSERT INTO runs (id, status, node_count, started_at, "
-                "updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (run_id, RunStatus.RUNNING, len(nodes), at, at),
+                "updated_at, stop_scope) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (run_id, RunStatus.RUNNING, len(nodes), at, at, e.stop_scope.value),
             )
             cursor.executemany(
                 "INSERT INTO run_nodes (run_id, node_id, position, waiting, "
@@ -219,9 +226,15 @@ class RunsTables(RunsView, SQLTables):
                 (1 if paused else -1, at, run_id),
             )
             cursor.execute(
-                "UPDATE runs SET status = CASE WHEN paused_count > 0 THEN ? ELSE ? END "
-                "WHERE id = ? AND status != ?",
-                (RunStatus.PAUSED, RunStatus.RUNNING, run_id, RunStatus.COMPLETED),
+                "UPDATE runs SET status = CASE WHEN paused_count > 0 AND "
+                "stop_scope = ? THEN ? ELSE ? END WHERE id = ? AND status != ?",
+                (
+                    StopScope.RUN.value,
+                    RunStatus.PAUSED,
+                    RunStatus.RUNNING,
+                    run_id,
+                    RunStatus.COMPLETED,
+                ),
             )
 
     def complete(self, run_id: str, at: str, tracking: Tracking) -> None:
@@ -271,6 +284,7 @@ class RunsTables(RunsView, SQLTables):
             ready=tuple(n["node_id"] for n in nodes if n["progress"] == READY),
             paused_by=ordered("paused_seq"),
             updated_at=run["updated_at"],
+            stop_scope=run["stop_scope"],
         )
 
 

@@ -156,13 +156,22 @@ class TasksProjection(ReadModelProjection[TasksView]):
         }
         if payload.reason is not None:  # nobody answered in time
             meta["reason"] = payload.reason
+        claimed = e.claimed_by if isinstance(e, Task.DeadlineExpired) else None
         self._advance(
-            e, tracking, handoff_meta=orjson.dumps(meta).decode(), claimed_by=None
+            e, tracking, handoff_meta=orjson.dumps(meta).decode(), claimed_by=claimed
         )
 
-    @process_event.register
-    def _(self, e: Task.HandoffClaimed, tracking: Tracking) -> None:
+    @process_event.register(Task.HandoffClaimed)
+    @process_event.register(Task.ClaimTakenOver)
+    def _(
+        self, e: Task.HandoffClaimed | Task.ClaimTakenOver, tracking: Tracking
+    ) -> None:
         self._advance(e, tracking, claimed_by=e.actor)
+
+    @process_event.register(Task.ClaimReleased)
+    @process_event.register(Task.Resumed)
+    def _(self, e: TaskEvent, tracking: Tracking) -> None:
+        self._advance(e, tracking, claimed_by=None)
 
     @process_event.register(Task.HandoffResolved)
     @process_event.register(Task.Skipped)

@@ -26,7 +26,7 @@ from hypothesis.stateful import (
 from devs.adapters import config
 from devs.domain.application import RecoveryService
 from devs.domain.chart import TaskState, destination
-from devs.domain.errors import IllegalTransition
+from devs.domain.errors import Claimed, IllegalTransition
 from devs.domain.names import HumanAction, Resolution
 from devs.domain.policy import Policy
 from devs.domain.task import HUMAN_EVENTS as EVENT_OF_ACTION
@@ -130,6 +130,10 @@ _CALLS: dict[str, Callable[[Any, str, Command], Any]] = {
     "claim": lambda s, t, c: s.claim_handoff(t, actor=c.actor),
     "resolve": lambda s, t, c: s.resolve_handoff(
         t, actor=c.actor, resolution=c.resolution, reason=REASONS["resolve"]
+    ),
+    "release": lambda s, t, c: s.release(t, actor=c.actor),
+    "take_over": lambda s, t, c: s.take_over(
+        t, actor=c.actor, reason=REASONS["take_over"]
     ),
 }
 """How each command is sent (:mod:`devs.testing.script` writes the same calls
@@ -317,7 +321,7 @@ class RecoveryMachine(RuleBasedStateMachine):
         if expected is None:
             try:
                 call(self.service, task_id, command)
-            except IllegalTransition:
+            except (IllegalTransition, Claimed):  # the chart's, or a claim's
                 self.script.step(command, task_id, refused=True)
                 self.check()
                 return
@@ -450,11 +454,12 @@ class RecoveryMachine(RuleBasedStateMachine):
         resolution=st.sampled_from(RESOLUTIONS),
     )
     def answer(self, task: int, action: str, actor: str, resolution: str) -> None:
-        """A human's answer (``resume``, ``rewind``, ``skip``, ``claim`` or
-        ``resolve``): to a task that waits for a human when one does (``task``
-        picks among them), else to task ``task``, which refuses most. One
-        rule for the five, so that an example spends its commands reaching
-        the ladder's stops rather than on refusals."""
+        """A human's answer (``resume``, ``rewind``, ``skip``, ``claim``,
+        ``resolve``, ``release`` or ``take_over``): to a task that waits for a
+        human when one does (``task`` picks among them), else to task
+        ``task``, which refuses most. One rule for them all, so that an
+        example spends its commands reaching the ladder's stops rather than on
+        refusals; the actors vary, so claims hold stops against others."""
         waiting = [
             index
             for index, model in enumerate(self.model.tasks.values())

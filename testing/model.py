@@ -2,14 +2,16 @@
 
 A reference model: what the referee must decide, written without the
 aggregate, the state chart or the store. Every threshold is read from the
-``Policy`` it is given. It borrows three pure functions of the domain whose
-own tests pin them down — ``redact`` (what is stored of a text),
+``Policy`` it is given. It borrows four pure functions of the domain whose
+own tests pin them down — ``clean`` (terminal sequences removed from a
+gate's output), ``redact`` (what is stored of a text),
 ``error_hash`` (how a failure is told from another) and the stuck score's
 ``assess`` — so that it models the ladder's *use* of them.
 
 ``LadderModel.apply(command)`` says what the service must answer to one
 command (:class:`Expected`) and moves the model; ``None`` means the service
-must refuse it (``IllegalTransition``) and record nothing.
+must refuse it (``IllegalTransition``, or ``Claimed``: someone else holds the
+stop) and record nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from rapidfuzz.distance import Levenshtein
 from devs.domain.blacklist import SIMILARITY_RATIO
 from devs.domain.chart import TaskState
 from devs.domain.names import ResolutionValue
+from devs.domain.output import clean
 from devs.domain.policy import Policy, StuckDetection
 from devs.domain.redaction import error_hash, redact
 from devs.domain.stuck import WINDOW, Attempted, assess, failing_tests
@@ -37,6 +40,8 @@ HUMAN_EVENTS = {
     "skip": "Skipped",
     "claim": "HandoffClaimed",
     "resolve": "HandoffResolved",
+    "release": "ClaimReleased",
+    "take_over": "ClaimTakenOver",
 }
 
 CommandName = Literal[
@@ -49,6 +54,8 @@ CommandName = Literal[
     "skip",
     "claim",
     "resolve",
+    "release",
+    "take_over",
 ]
 
 
@@ -175,7 +182,7 @@ class LadderModel:
             task.failures.clear()
             task.events += 1  # GatePassed
             return {}
-        output = redact(command.text)
+        output = redact(clean(command.text))  # as stored: control sequences gone
         if output:
             failure = Attempted(
                 strategy=task.strategy,
@@ -251,14 +258,19 @@ class LadderModel:
         task.events += 1  # LessonLogged
         return {}
 
+    @staticmethod
+    def _held(task: TaskModel, command: Command) -> bool:
+        """Whether someone else claimed the stop: their answer is refused."""
+        return task.claimed is not None and task.claimed != redact(command.actor)
+
     def _resume(self, task: TaskModel, command: Command) -> dict[str, bool] | None:
-        if task.state not in {"ESCALATION", "PAUSED"}:
+        if task.state not in {"ESCALATION", "PAUSED"} or self._held(task, command):
             return None
-        task.state, task.pending = "RUNNING", None
+        task.state, task.pending, task.claimed = "RUNNING", None, None
         return self._human(task, "resume", command)
 
     def _rewind(self, task: TaskModel, command: Command) -> dict[str, bool] | None:
-        if task.state not in UNFINISHED:
+        if task.state not in UNFINISHED or self._held(task, command):
             return None
         task.state, task.pending, task.claimed, task.strategy = (
             "RUNNING",
@@ -269,19 +281,35 @@ class LadderModel:
         return self._human(task, "rewind", command)
 
     def _skip(self, task: TaskModel, command: Command) -> dict[str, bool] | None:
-        if task.state not in UNFINISHED:
+        if task.state not in UNFINISHED or self._held(task, command):
             return None
         task.state, task.pending, task.claimed = "SKIPPED", None, None
         return self._human(task, "skip", command)
 
     def _claim(self, task: TaskModel, command: Command) -> dict[str, bool] | None:
-        if task.state != "HAND_OFF" or task.claimed is not None:
-            return None
+        if task.state not in WAITING or task.claimed is not None:
+            return None  # nothing to claim, or claimed (by them, or by you)
         task.claimed = redact(command.actor)
         return self._human(task, "claim", command)
 
+    def _release(self, task: TaskModel, command: Command) -> dict[str, bool] | None:
+        if (
+            task.state not in WAITING
+            or task.claimed is None
+            or self._held(task, command)
+        ):
+            return None  # nothing to release, or someone else's claim
+        task.claimed = None
+        return self._human(task, "release", command)
+
+    def _take_over(self, task: TaskModel, command: Command) -> dict[str, bool] | None:
+        if task.state not in WAITING or not self._held(task, command):
+            return None  # nothing claimed, or claimed by you already
+        task.claimed = redact(command.actor)
+        return self._human(task, "take_over", command)
+
     def _resolve(self, task: TaskModel, command: Command) -> dict[str, bool] | None:
-        if task.state != "HAND_OFF" or task.claimed is None:
+        if task.state != "HAND_OFF" or self._held(task, command):
             return None
         task.state, task.claimed = RESOLVED[command.resolution], None
         return self._human(task, "resolve", command)

@@ -23,6 +23,7 @@ REASONS = {
     "rewind": "start over",
     "skip": "not worth it",
     "resolve": "done by hand",
+    "take_over": "their shift ended",
 }
 """The ``reason`` of each human action the machine sends."""
 
@@ -45,6 +46,13 @@ def call_code(command: Command, task_id: str) -> str:
         return f"service.log_lesson({t}, {command.text!r}, {LESSON_CAUSE!r})"
     if name == "claim":
         return f"service.claim_handoff({t}, actor={command.actor!r})"
+    if name == "release":
+        return f"service.release({t}, actor={command.actor!r})"
+    if name == "take_over":
+        return (
+            f"service.take_over({t}, actor={command.actor!r}, "
+            f"reason={REASONS['take_over']!r})"
+        )
     if name == "resolve":
         return (
             f"service.resolve_handoff({t}, actor={command.actor!r}, "

@@ -124,6 +124,7 @@ OUTBOX_STORY = (
     "handoff.opened",
     "handoff.claimed",
     "handoff.resolved",
+    "task.skipped",
     "task.completed",
 )
 """The message types :func:`outbox_story` makes, in order."""
@@ -132,7 +133,7 @@ OUTBOX_STORY = (
 def outbox_story(service: RecoveryService) -> None:
     """A task through every kind of message: two escalations answered, a
     hand-off claimed and resolved (complete), a task skipped while running
-    (no message), and another that passes its gate (task.completed)."""
+    (task.skipped), and another that passes its gate (task.completed)."""
     service.start_task("t1", agent="coder")
     for i in range(3):
         service.record_gate("t1", 1, strategy=f"s{i}", error=f"E   boom {i}")

@@ -33,10 +33,12 @@ def test_keywords_given_positionally_are_named(service: RecoveryService) -> None
         service.resume("t", "ann", "go")  # type: ignore[call-arg]
     assert str(refused.value) == (
         "RecoveryService.resume() too many positional arguments; resume() takes "
-        "task_id positionally; actor, reason are keyword-only: "
-        "resume(task_id, actor=..., reason=...)"
+        "task_id positionally; actor, reason, if_version are keyword-only: "
+        "resume(task_id, actor=..., reason=..., if_version=...)"
     )
-    with pytest.raises(TypeError, match=r"actor is keyword-only: claim_handoff\("):
+    with pytest.raises(
+        TypeError, match=r"actor, if_version are keyword-only: claim_handoff\("
+    ):
         service.claim_handoff("t", "ann")  # type: ignore[call-arg]
 
 

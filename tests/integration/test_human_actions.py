@@ -114,7 +114,7 @@ def test_nothing_is_allowed_after_completion(service: RecoveryService) -> None:
     ],
 )
 def test_bad_actor_or_reason(
-    service: RecoveryService, kwargs: dict[str, str], message: str
+    service: RecoveryService, kwargs: dict[str, Any], message: str
 ) -> None:
     service.start_task("t1")
     escalate(service)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,7 @@ from tests.conftest import MakeService
 
 STOPS = {"Escalated", "Paused", "HandedOff"}
 ANSWERS = {"Resumed", "Rewound", "Skipped", "HandoffClaimed"}
-HUMAN = {"actor": "ann", "reason": "go on"}
+HUMAN: dict[str, Any] = {"actor": "ann", "reason": "go on"}
 
 
 def fail(service: RecoveryService, task_id: str, times: int = 1, **kw: str) -> None:

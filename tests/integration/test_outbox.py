@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from devs.domain import RecoveryService
-from devs.domain.outbox import message_of
+from devs.domain.outbox import TaskContext, context_after, message_of
 from tests.helpers import OUTBOX_STORY, outbox_story
 
 
@@ -18,8 +18,14 @@ def test_the_outbox_holds_each_message_of_the_log_in_order(make_service: Any) ->
     assert [m.type.value for m in found] == list(OUTBOX_STORY)
     # The same messages a fold of the log gives, read back as they were made.
     expected = []
+    contexts: dict[str, TaskContext | None] = {}
     for record in service.recorder.select_notifications(start=1, limit=1_000):
-        message = message_of(service.mapper.to_domain_event(record), record.id)
+        domain_event = service.mapper.to_domain_event(record)
+        task = domain_event.originator_id
+        message = message_of(domain_event, record.id, contexts.get(task))
+        contexts[task] = context_after(
+            contexts.get(task), domain_event
+        ) or contexts.get(task)
         if message is not None:
             expected.append(message)
     assert [m.model_dump(mode="json") for m in found] == [

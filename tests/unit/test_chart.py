@@ -59,7 +59,7 @@ def test_destinations(trigger: Trigger, state: str, expected: TaskState) -> None
         (Trigger.RESUME, "HAND_OFF"),
         (Trigger.REWIND, "COMPLETED"),
         (Trigger.SKIP, "SKIPPED"),
-        (Trigger.CLAIM, "PAUSED"),
+        (Trigger.CLAIM, "RUNNING"),
         (Trigger.ATTEMPT, "ESCALATION"),
         (Trigger.EXPIRE_DEADLINE, "RUNNING"),
         (Trigger.EXPIRE_DEADLINE, "HAND_OFF"),

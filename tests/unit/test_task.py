@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from devs.domain.chart import TaskState
-from devs.domain.errors import IllegalTransition, InvalidInput
+from devs.domain.errors import Claimed, IllegalTransition, InvalidInput
 from devs.domain.gate import evaluate
 from devs.domain.names import Resolution, SessionReason
 from devs.domain.policy import Policy
@@ -314,11 +314,11 @@ def test_handoff_claim_and_resolve() -> None:
     task = new_task(handoff_threshold=1)
     fail(task)
     assert task.state is TaskState.HAND_OFF
-    with pytest.raises(IllegalTransition, match="not claimed"):
-        task.resolve_handoff(actor="a", resolution=Resolution.RETURN, reason="r")
     task.claim_handoff(actor="carol")
-    with pytest.raises(IllegalTransition, match="already claimed by 'carol'"):
+    with pytest.raises(Claimed, match="claimed by 'carol'"):
         task.claim_handoff(actor="dave")
+    with pytest.raises(Claimed, match="claimed by 'carol'"):
+        task.resolve_handoff(actor="dave", resolution=Resolution.SKIP, reason="r")
     task.resolve_handoff(
         actor="carol", resolution=Resolution.RETURN, reason="fixed env"
     )
