@@ -57,8 +57,8 @@ from devs.domain import (
 )
 from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import Written
-from devs.domain.errors import error_of_kind
-from devs.domain.names import DeliveryStateValue, ResolutionValue
+from devs.domain.errors import StaleAnswer, error_of_kind
+from devs.domain.names import DeliveryStateValue, ResolutionValue, StopScopeValue
 from devs.domain.outbox import OutboxMessage
 from devs.domain.ports import Redelivered, WebhooksReport
 from devs.domain.service import RecoveryApi
@@ -142,6 +142,9 @@ def _error(response: Answer) -> DevsError:
             field = "idempotency_key"  # as the in-process service names it
         return InvalidInput(detail, field=field)
     error_class = error_of_kind(kind)
+    if error_class is StaleAnswer and status == StaleAnswer.http_status:
+        tag = response.headers.get("ETag", "").strip('"')
+        return StaleAnswer(detail, version=int(tag) if tag.isdigit() else None)
     if error_class is not None and error_class.http_status == status:
         return error_class(detail)
     if status in (503, 504):  # a proxy's or a balancer's: the store is away
@@ -235,9 +238,18 @@ class HttpRecoveryClient:
             raise _error(response)
         return int(response.json()["position"])
 
-    def _command(self, path: str, body: Mapping[str, Any], model: type[M]) -> M:
+    def _command(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        model: type[M],
+        *,
+        if_version: int | None = None,
+    ) -> M:
         key = _KEY.get()
         headers = {KEY_HEADER: key} if key is not None else {}
+        if if_version is not None:  # the task's version the answer is for
+            headers["If-Match"] = f'"{int(if_version)}"'
         response: Answer = self._http.post(path, json=dict(body), headers=headers)
         if response.status_code not in (200, 201):
             raise _error(response)
@@ -266,8 +278,19 @@ class HttpRecoveryClient:
 
     # ------------------------------------------------------------ commands
 
-    def start_run(self, run_id: str, dag: Mapping[str, Any]) -> RunState:
-        body = {"run_id": run_id, "dag": {k: list(v) for k, v in dag.items()}}
+    def start_run(
+        self,
+        run_id: str,
+        dag: Mapping[str, Any],
+        *,
+        stop_scope: StopScopeValue = "run",
+    ) -> RunState:
+        body: dict[str, Any] = {
+            "run_id": run_id,
+            "dag": {k: list(v) for k, v in dag.items()},
+        }
+        if stop_scope != "run":  # the body as before the scope existed
+            body["stop_scope"] = stop_scope
         return self._command("/runs", body, RunState)
 
     def start_task(
@@ -319,9 +342,11 @@ class HttpRecoveryClient:
         body = {"failed_strategy": failed_strategy, "rca_summary": rca_summary}
         return self._command(self._task(task_id) + "/lessons", body, Lesson)
 
-    def resume(self, task_id: str, *, actor: str, reason: str) -> ActionResult:
+    def resume(
+        self, task_id: str, *, actor: str, reason: str, if_version: int | None = None
+    ) -> ActionResult:
         body = {"actor": actor, "reason": reason}
-        return self._command(self._task(task_id) + "/resume", body, ActionResult)
+        return self._answer(task_id, "resume", body, if_version)
 
     def rewind(
         self,
@@ -330,17 +355,37 @@ class HttpRecoveryClient:
         actor: str,
         reason: str,
         to_commit: str | None = None,
+        if_version: int | None = None,
     ) -> ActionResult:
         body = {"actor": actor, "reason": reason, "to_commit": to_commit}
-        return self._command(self._task(task_id) + "/rewind", body, ActionResult)
+        return self._answer(task_id, "rewind", body, if_version)
 
-    def skip(self, task_id: str, *, actor: str, reason: str) -> ActionResult:
+    def skip(
+        self, task_id: str, *, actor: str, reason: str, if_version: int | None = None
+    ) -> ActionResult:
         body = {"actor": actor, "reason": reason}
-        return self._command(self._task(task_id) + "/skip", body, ActionResult)
+        return self._answer(task_id, "skip", body, if_version)
 
-    def claim_handoff(self, task_id: str, *, actor: str) -> ActionResult:
-        path = self._task(task_id) + "/claim"
-        return self._command(path, {"actor": actor}, ActionResult)
+    def claim(
+        self, task_id: str, *, actor: str, if_version: int | None = None
+    ) -> ActionResult:
+        return self._answer(task_id, "claim", {"actor": actor}, if_version)
+
+    def claim_handoff(
+        self, task_id: str, *, actor: str, if_version: int | None = None
+    ) -> ActionResult:
+        return self.claim(task_id, actor=actor, if_version=if_version)
+
+    def release(
+        self, task_id: str, *, actor: str, if_version: int | None = None
+    ) -> ActionResult:
+        return self._answer(task_id, "release", {"actor": actor}, if_version)
+
+    def take_over(
+        self, task_id: str, *, actor: str, reason: str, if_version: int | None = None
+    ) -> ActionResult:
+        body = {"actor": actor, "reason": reason}
+        return self._answer(task_id, "take-over", body, if_version)
 
     def resolve_handoff(
         self,
@@ -349,9 +394,20 @@ class HttpRecoveryClient:
         actor: str,
         resolution: ResolutionValue,
         reason: str,
+        if_version: int | None = None,
     ) -> ActionResult:
         body = {"actor": actor, "resolution": resolution, "reason": reason}
-        return self._command(self._task(task_id) + "/resolve", body, ActionResult)
+        return self._answer(task_id, "resolve", body, if_version)
+
+    def _answer(
+        self,
+        task_id: str,
+        action: str,
+        body: Mapping[str, Any],
+        if_version: int | None,
+    ) -> ActionResult:
+        path = f"{self._task(task_id)}/{action}"
+        return self._command(path, body, ActionResult, if_version=if_version)
 
     # ------------------------------------------------------------- queries
 

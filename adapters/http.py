@@ -102,6 +102,7 @@ from devs.domain import (
     PendingSession,
     RecoveryService,
     RunState,
+    StaleAnswer,
     StoreError,
     TaskIndexEntry,
     TaskSummary,
@@ -112,7 +113,7 @@ from devs.domain import (
 )
 from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import NO_WAIT, WouldWait
-from devs.domain.names import ResolutionValue
+from devs.domain.names import ResolutionValue, StopScopeValue
 from devs.domain.operators import TOKEN_PREFIX, TOKEN_SHAPE
 from devs.domain.outbox import OutboxMessage
 from devs.domain.ports import Redelivered, WebhooksReport
@@ -165,6 +166,45 @@ KeyHeader = Annotated[
         ),
     ),
 ]
+IF_MATCH_HEADER = "If-Match"
+IfMatchHeader = Annotated[
+    str | None,
+    Header(
+        alias=IF_MATCH_HEADER,
+        description=(
+            "the task's version this answer is for, as GET /tasks/{task_id} "
+            'gave it in its ETag ("7"); if the task has moved on since '
+            "(someone else answered first), 412 stale_answer and nothing is "
+            "written. `*` answers whatever the task is now"
+        ),
+        max_length=64,
+    ),
+]
+_ENTITY_TAG = re.compile(r'"([1-9][0-9]{0,18})"')
+
+
+def if_version(value: str | None) -> int | None:
+    """The version an ``If-Match`` header names (``None``: no header, or
+    ``*``). RFC 9110's strong comparison: a weak tag (``W/"7"``) or a list
+    of several is refused, as is anything that is not ``"<version>"``."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text == "*":
+        return None
+    found = _ENTITY_TAG.fullmatch(text)
+    if found is None:
+        msg = (
+            f"If-Match must be one strong entity tag as GET /tasks/{{task_id}} "
+            f'gives it in its ETag (such as "7"), or *; got {text[:64]!r}'
+        )
+        raise InvalidInput(msg, field=IF_MATCH_HEADER)
+    return int(found.group(1))
+
+
+def etag(version: int) -> str:
+    """A task's ``ETag``: its version, as a strong entity tag."""
+    return f'"{version}"'
 
 
 # ------------------------------------------------------------------- bodies
@@ -187,6 +227,13 @@ def _addressable(value: str) -> str:
 class StartRunBody(Body):
     run_id: str
     dag: dict[str, list[str]] = Field(description="node (task id) -> prerequisites")
+    stop_scope: StopScopeValue = Field(
+        default="run",
+        description=(
+            "what a task's stop holds up: `run` (the whole run pauses until it "
+            "is answered) or `descendants` (ready branches beside it go on)"
+        ),
+    )
 
     _run_id = field_validator("run_id")(_addressable)
 
@@ -248,6 +295,10 @@ class RewindBody(ActionBody):
 
 class ClaimBody(Body):
     actor: str | None = ActorField
+
+
+class TakeOverBody(ClaimBody):
+    reason: str = "(no reason given)"
 
 
 class ResolveBody(ActionBody):
@@ -1097,9 +1148,16 @@ def _heavy(body: Body) -> bool:
 
 
 def _answer(answer: str, status: int, position: int) -> Response:
-    return Response(
-        answer, status, {POSITION_HEADER: str(position)}, media_type="application/json"
-    )
+    headers = {POSITION_HEADER: str(position)}
+    found = _ANSWERED_VERSION.search(answer)
+    if found is not None:  # a human answer: the task's version after it
+        headers["ETag"] = etag(int(found.group(1)))
+    return Response(answer, status, headers, media_type="application/json")
+
+
+_ANSWERED_VERSION = re.compile(r'"action":"[a-z_]+".*"version":(\d{1,19})')
+"""The ``version`` of an :class:`ActionResult`'s JSON (its ``action`` field
+comes first; no other answer has both)."""
 
 
 async def _served(request: Request) -> Served:
@@ -1262,7 +1320,11 @@ async def start_run(
     served: Devs, body: StartRunBody, key: KeyHeader = None
 ) -> Response:
     return await served.command(
-        201, key, "/runs", body, lambda s: s.start_run(body.run_id, body.dag)
+        201,
+        key,
+        "/runs",
+        body,
+        lambda s: s.start_run(body.run_id, body.dag, stop_scope=body.stop_scope),
     )
 
 
@@ -1422,9 +1484,13 @@ def _version_page(after_version: Position, limit: Limit | None) -> None:
 
 
 @tasks.get("/tasks/{task_id}")
-def task(served: Devs, task_id: str) -> TaskSummary:
-    """The task as its events say now (read from the log: always current)."""
-    return served.service.task(task_id)
+def task(served: Devs, task_id: str, response: Response) -> TaskSummary:
+    """The task as its events say now (read from the log: always current).
+    Its ``ETag`` is its version: send it back as ``If-Match`` with a human
+    answer, so that an answer to a task that has moved on is refused."""
+    summary = served.service.task(task_id)
+    response.headers["ETag"] = etag(summary.version)
+    return summary
 
 
 @tasks.get("/tasks/{task_id}/gate-status")
@@ -1496,6 +1562,13 @@ def blacklist(
 # -------------------------------------------------- sessions and hand-offs
 
 
+def _answer_path(task_id: str, action: str, version: int | None) -> str:
+    """The request an ``Idempotency-Key`` names: the path, and the version
+    the answer is for."""
+    path = f"/tasks/{task_id}/{action}"
+    return path if version is None else f"{path}\nIf-Match {version}"
+
+
 @humans.post("/tasks/{task_id}/resume", response_model=ActionResult)
 async def resume(
     served: Devs,
@@ -1503,15 +1576,20 @@ async def resume(
     task_id: str,
     body: ActionBody,
     key: KeyHeader = None,
+    if_match: IfMatchHeader = None,
 ) -> Response:
     operator = _operator(request)
+    version = if_version(if_match)
     return await served.command(
         200,
         key,
-        f"/tasks/{task_id}/resume",
+        _answer_path(task_id, "resume", version),
         body,
         lambda s: s.resume(
-            task_id, actor=acting(s, operator, body.actor), reason=body.reason
+            task_id,
+            actor=acting(s, operator, body.actor),
+            reason=body.reason,
+            if_version=version,
         ),
         caller=operator,
     )
@@ -1524,18 +1602,21 @@ async def rewind(
     task_id: str,
     body: RewindBody,
     key: KeyHeader = None,
+    if_match: IfMatchHeader = None,
 ) -> Response:
     operator = _operator(request)
+    version = if_version(if_match)
     return await served.command(
         200,
         key,
-        f"/tasks/{task_id}/rewind",
+        _answer_path(task_id, "rewind", version),
         body,
         lambda s: s.rewind(
             task_id,
             actor=acting(s, operator, body.actor),
             reason=body.reason,
             to_commit=body.to_commit,
+            if_version=version,
         ),
         caller=operator,
     )
@@ -1548,15 +1629,20 @@ async def skip(
     task_id: str,
     body: ActionBody,
     key: KeyHeader = None,
+    if_match: IfMatchHeader = None,
 ) -> Response:
     operator = _operator(request)
+    version = if_version(if_match)
     return await served.command(
         200,
         key,
-        f"/tasks/{task_id}/skip",
+        _answer_path(task_id, "skip", version),
         body,
         lambda s: s.skip(
-            task_id, actor=acting(s, operator, body.actor), reason=body.reason
+            task_id,
+            actor=acting(s, operator, body.actor),
+            reason=body.reason,
+            if_version=version,
         ),
         caller=operator,
     )
@@ -1569,14 +1655,73 @@ async def claim(
     task_id: str,
     body: ClaimBody,
     key: KeyHeader = None,
+    if_match: IfMatchHeader = None,
 ) -> Response:
+    """Say "I'm on it" for the stop the task waits in (an escalation, a
+    pause or a hand-off): until released or taken over, an answer by anyone
+    else is refused (409 ``claimed``, naming who)."""
     operator = _operator(request)
+    version = if_version(if_match)
     return await served.command(
         200,
         key,
-        f"/tasks/{task_id}/claim",
+        _answer_path(task_id, "claim", version),
         body,
-        lambda s: s.claim_handoff(task_id, actor=acting(s, operator, body.actor)),
+        lambda s: s.claim(
+            task_id, actor=acting(s, operator, body.actor), if_version=version
+        ),
+        caller=operator,
+    )
+
+
+@humans.post("/tasks/{task_id}/release", response_model=ActionResult)
+async def release(
+    served: Devs,
+    request: Request,
+    task_id: str,
+    body: ClaimBody,
+    key: KeyHeader = None,
+    if_match: IfMatchHeader = None,
+) -> Response:
+    """The claimer lets go of the stop: anyone may answer it again."""
+    operator = _operator(request)
+    version = if_version(if_match)
+    return await served.command(
+        200,
+        key,
+        _answer_path(task_id, "release", version),
+        body,
+        lambda s: s.release(
+            task_id, actor=acting(s, operator, body.actor), if_version=version
+        ),
+        caller=operator,
+    )
+
+
+@humans.post("/tasks/{task_id}/take-over", response_model=ActionResult)
+async def take_over(
+    served: Devs,
+    request: Request,
+    task_id: str,
+    body: TakeOverBody,
+    key: KeyHeader = None,
+    if_match: IfMatchHeader = None,
+) -> Response:
+    """Take a claimed stop over from its claimer (recorded: who took it from
+    whom, and why)."""
+    operator = _operator(request)
+    version = if_version(if_match)
+    return await served.command(
+        200,
+        key,
+        _answer_path(task_id, "take-over", version),
+        body,
+        lambda s: s.take_over(
+            task_id,
+            actor=acting(s, operator, body.actor),
+            reason=body.reason,
+            if_version=version,
+        ),
         caller=operator,
     )
 
@@ -1588,18 +1733,21 @@ async def resolve(
     task_id: str,
     body: ResolveBody,
     key: KeyHeader = None,
+    if_match: IfMatchHeader = None,
 ) -> Response:
     operator = _operator(request)
+    version = if_version(if_match)
     return await served.command(
         200,
         key,
-        f"/tasks/{task_id}/resolve",
+        _answer_path(task_id, "resolve", version),
         body,
         lambda s: s.resolve_handoff(
             task_id,
             actor=acting(s, operator, body.actor),
             resolution=body.resolution,
             reason=body.reason,
+            if_version=version,
         ),
         caller=operator,
     )
@@ -1957,6 +2105,8 @@ async def _devs_error(_: Request, error: DevsError) -> JSONResponse:
     store that cannot be used says when to ask again (``Retry-After``)."""
     field = error.field if isinstance(error, InvalidInput) else None
     answer = error_response(error.http_status, error.kind, str(error), field)
+    if isinstance(error, StaleAnswer) and error.version is not None:
+        answer.headers["ETag"] = etag(error.version)  # what the task is now
     if isinstance(error, StoreError) and not isinstance(error, UnreadableEvent):
         wait = getattr(error, "retry_after", None) or STORE_RETRY_AFTER
         answer.headers["Retry-After"] = str(math.ceil(wait))

@@ -57,11 +57,13 @@ from devs.adapters.client import HttpRecoveryClient
 from devs.adapters.sandbox import Isolation, check_allow_paths, run_gate, store_file
 from devs.domain import (
     ActionResult,
+    Claimed,
     GateDecision,
     IllegalTransition,
     InvalidInput,
     Outcome,
     RecoveryService,
+    StaleAnswer,
     TaskSummary,
 )
 from devs.domain.decisions import STATE_OUTCOMES
@@ -109,12 +111,13 @@ class HumanDecision(BaseModel):
     """What ``Command(resume=...)`` carries when a human answers.
 
     ``resume``, ``rewind`` (optionally ``to_commit``) and ``skip`` answer an
-    escalation or a pause; ``claim`` and ``resolve`` (``resolution``:
-    ``return``, ``complete`` or ``skip``) a hand-off — ``resolve`` claims
-    the task first when nobody has, and ``claim`` alone suspends the graph
-    again until the claimer resolves. Once the hand-off is claimed, only
-    ``resolve`` is offered: the claimer's repeated ``claim`` changes nothing,
-    and another human's is refused.
+    escalation or a pause; ``resolve`` (``resolution``: ``return``,
+    ``complete`` or ``skip``) a hand-off. ``claim`` ("I'm on it"), ``release``
+    and ``take_over`` hold or let go of any stop and suspend the graph again:
+    while someone holds the claim, an answer by anyone else is refused
+    (``Claimed``). ``if_version`` (the suspension's ``version``) makes the
+    answer one for the task as it was shown: if it has moved on since, the
+    answer is refused (``StaleAnswer``) and nothing is written.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -124,6 +127,7 @@ class HumanDecision(BaseModel):
     reason: str = "(no reason given)"
     to_commit: str | None = None
     resolution: ResolutionValue | None = None
+    if_version: int | None = None
 
 
 _ANSWERS: dict[str, tuple[str, ...]] = {
@@ -158,7 +162,8 @@ def suspension_payload(
         "strategy": summary.current_strategy,
         "report": _json(report),
         "handoff": _json(summary.handoff) if handoff else None,
-        "claimed_by": summary.claimed_by if handoff else None,
+        "claimed_by": summary.claimed_by,
+        "version": summary.version,
         "answers": list(_answers(handoff=handoff, claimed_by=summary.claimed_by)),
     }
     if extra:
@@ -167,12 +172,14 @@ def suspension_payload(
 
 
 def _answers(*, handoff: bool, claimed_by: str | None) -> tuple[str, ...]:
-    """The actions a suspension takes: a claimed hand-off only ``resolve``."""
-    if not handoff:
-        return _ANSWERS["waiting"]
-    if claimed_by is not None:
-        return ("resolve",)
-    return _ANSWERS["handoff"]
+    """The actions a suspension takes: its answers, and ``claim`` while
+    nobody holds it (a claimed hand-off: only ``resolve``), or ``release``
+    and ``take_over`` once someone does (only the claimer's answers, release
+    included, are recorded; anyone may take it over)."""
+    if claimed_by is None:
+        return (*_ANSWERS["waiting"], "claim") if not handoff else _ANSWERS["handoff"]
+    answers = _ANSWERS["waiting"] if not handoff else ("resolve",)
+    return (*answers, "release", "take_over")
 
 
 def _json(value: Any) -> Any:
@@ -450,7 +457,7 @@ class Referee:
         handoff = reason == HAND_OFF_REQUIRED
         if handoff and self.on_handoff == "end":  # the queue has it
             return {"session_id": session_id, "route": "end"}
-        refused: InvalidInput | IllegalTransition | None = None
+        refused: InvalidInput | IllegalTransition | Claimed | StaleAnswer | None = None
         while True:
             summary = self.service.task(task_id)
             if not _still_suspended(summary, handoff=handoff, session_id=session_id):
@@ -476,7 +483,7 @@ class Referee:
             try:
                 answer = _human(raw)
                 allowed = payload["answers"]
-                claimer = summary.claimed_by if handoff else None
+                claimer = summary.claimed_by
                 if answer.action == "claim" and claimer == answer.actor:
                     steps.next("claim")  # the claimer's claim again: nothing to do
                     refused = None
@@ -486,15 +493,15 @@ class Referee:
                         f"{reason} takes {' or '.join(allowed)}, not {answer.action!r}"
                     )
                     if claimer is not None:
-                        msg += f": the hand-off is already claimed by {claimer!r}"
+                        msg += f": it is already claimed by {claimer!r}"
                     raise InvalidInput(msg, field="action")
                 result = self._record(steps, task_id, answer, summary)
-            except (InvalidInput, IllegalTransition) as error:
+            except (InvalidInput, IllegalTransition, Claimed, StaleAnswer) as error:
                 refused = error
                 continue
             refused = None
-            if answer.action == "claim":
-                continue  # claimed: ask again until the claimer resolves
+            if answer.action in ("claim", "release", "take_over"):
+                continue  # held or let go: ask again until someone answers
             decided: dict[str, Any] = {
                 "session_id": session_id,
                 "decided_by": answer.actor,
@@ -554,36 +561,57 @@ class Referee:
         self, steps: _Steps, task_id: str, answer: HumanDecision, summary: TaskSummary
     ) -> ActionResult:
         service, actor, reason = self.service, answer.actor, answer.reason
+        version = answer.if_version
         if answer.action == "resume":
             return self._once(
                 steps.next("resume"),
-                lambda: service.resume(task_id, actor=actor, reason=reason),
-                ("resume", task_id, actor, reason),
+                lambda: service.resume(
+                    task_id, actor=actor, reason=reason, if_version=version
+                ),
+                ("resume", task_id, actor, reason, *_named(version)),
             )
         if answer.action == "rewind":
             to_commit = answer.to_commit
             return self._once(
                 steps.next("rewind"),
                 lambda: service.rewind(
-                    task_id, actor=actor, reason=reason, to_commit=to_commit
+                    task_id,
+                    actor=actor,
+                    reason=reason,
+                    to_commit=to_commit,
+                    if_version=version,
                 ),
-                ("rewind", task_id, actor, reason, to_commit),
+                ("rewind", task_id, actor, reason, to_commit, *_named(version)),
             )
         if answer.action == "skip":
             return self._once(
                 steps.next("skip"),
-                lambda: service.skip(task_id, actor=actor, reason=reason),
-                ("skip", task_id, actor, reason),
+                lambda: service.skip(
+                    task_id, actor=actor, reason=reason, if_version=version
+                ),
+                ("skip", task_id, actor, reason, *_named(version)),
+            )
+        if answer.action == "release":
+            return self._once(
+                steps.next("release"),
+                lambda: service.release(task_id, actor=actor, if_version=version),
+                ("release", task_id, actor, *_named(version)),
+            )
+        if answer.action == "take_over":
+            return self._once(
+                steps.next("take_over"),
+                lambda: service.take_over(
+                    task_id, actor=actor, reason=reason, if_version=version
+                ),
+                ("take_over", task_id, actor, reason, *_named(version)),
             )
         claim_key = steps.next("claim")
-        if answer.action == "claim" or summary.claimed_by is None:
-            claimed = self._once(
+        if answer.action == "claim":
+            return self._once(
                 claim_key,
-                lambda: service.claim_handoff(task_id, actor=actor),
-                ("claim_handoff", task_id, actor),
+                lambda: service.claim(task_id, actor=actor, if_version=version),
+                ("claim_handoff", task_id, actor, *_named(version)),
             )
-            if answer.action == "claim":
-                return claimed
         if answer.resolution is None:
             msg = "resolve needs a resolution: return, complete or skip"
             raise InvalidInput(msg, field="resolution")
@@ -591,9 +619,13 @@ class Referee:
         return self._once(
             steps.next("resolve"),
             lambda: service.resolve_handoff(
-                task_id, actor=actor, resolution=resolution, reason=reason
+                task_id,
+                actor=actor,
+                resolution=resolution,
+                reason=reason,
+                if_version=version,
             ),
-            ("resolve_handoff", task_id, actor, resolution, reason),
+            ("resolve_handoff", task_id, actor, resolution, reason, *_named(version)),
         )
 
     # ---------------------------------------------------------- exactly once
@@ -639,9 +671,16 @@ class Referee:
 _OUTSIDE_ACTIONS = {
     event.__name__: str(action)
     for action, event in HUMAN_EVENTS.items()
-    if action is not HumanAction.CLAIM  # a claim is no answer: the hand-off waits
+    # a claim, a release, a take-over is no answer: the stop waits
+    if action not in (HumanAction.CLAIM, HumanAction.RELEASE, HumanAction.TAKE_OVER)
 }
 _ENDED = frozenset({"COMPLETED", "SKIPPED"})
+
+
+def _named(version: int | None) -> tuple[int, ...]:
+    """The version an answer names, in its idempotency request (none: the
+    request as it was before answers could name one)."""
+    return () if version is None else (version,)
 
 
 def _still_suspended(

@@ -16,6 +16,7 @@ from devs.domain import (
     HistoryEntry,
     Outcome,
 )
+from devs.domain.output import readable
 from devs.domain.stuck import StuckAssessment
 from devs.domain.task import FailureAnalysisReport, HandoffPayload
 
@@ -26,7 +27,9 @@ HANDOFF_HEADER = "✋ HAND-OFF — The task goes to a human"
 
 
 def one_line(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
+    """``text`` as a person reads it (:func:`devs.domain.output.readable`:
+    no terminal sequences, bidirectional controls shown), on one line."""
+    flat = " ".join(readable(text[: limit * 4]).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
@@ -94,7 +97,7 @@ def handoff_block(payload: HandoffPayload) -> str:
             HANDOFF_HEADER,
             f"Task: {payload.task_id}",
             f"Failures: {payload.failure_count}",
-            f"Last error: {one_line(payload.last_error_excerpt) or '(none)'}",
+            f"Last error: {one_line(payload.last_error) or '(none)'}",
             f"Last error hash: {payload.last_error_hash}",
             *stuck_lines(payload.stuck),
             f"Agent: {payload.originating_agent or '(unknown)'}; "

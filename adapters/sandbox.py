@@ -70,6 +70,7 @@ from devs.adapters.config import (
     sqlite_path,
 )
 from devs.domain.errors import DevsError, InvalidInput
+from devs.domain.output import error_line as the_error_line
 from devs.domain.redaction import error_hash, redact, secret_kind
 
 if TYPE_CHECKING:
@@ -284,17 +285,11 @@ class GateRun:
 
     @property
     def error_line(self) -> str:
-        """``error`` and the output's last non-blank line: what a gate
-        records as its error message."""
-        last = next(
-            (
-                line.strip()
-                for line in reversed(self.output.splitlines())
-                if line.strip()
-            ),
-            "",
-        )
-        return f"{self.error}: {last}" if last else self.error
+        """``error`` and the output's error line (the one rule every surface
+        uses, :func:`devs.domain.output.error_line`: pytest's ``E`` line, not
+        its summary): what a gate records as its error message."""
+        line = the_error_line(self.output)
+        return f"{self.error}: {line}" if line else self.error
 
 
 class _TailBuffer:

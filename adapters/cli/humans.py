@@ -1,5 +1,10 @@
-"""What humans do: ``resume``, ``rewind``, ``skip``, the hand-off queue
-(``handoffs``, ``claim``, ``resolve``), ``sessions`` and ``lessons``."""
+"""What humans do: ``resume``, ``rewind``, ``skip``, claims on any stop
+(``claim``, ``release``, ``take-over``), the hand-off queue (``handoffs``,
+``resolve``), ``sessions`` and ``lessons``.
+
+Every answer takes ``--if-version N``: the task's version it answers (``devs
+show`` says it); if the task has moved on since, the answer is refused
+(``stale_answer``) and nothing is written."""
 
 from __future__ import annotations
 
@@ -22,19 +27,36 @@ from devs.domain import (
     NotFound,
     RecoveryService,
 )
-from devs.domain.values import RESOLUTIONS, ResolutionName
+from devs.domain.values import RESOLUTIONS, VERSION_MAX, ResolutionName
+
+if_version_option = click.option(
+    "--if-version",
+    "if_version",
+    type=click.IntRange(1, VERSION_MAX),
+    default=None,
+    help="The task's version this answer is for (`devs show TASK` says it): "
+    "refused, nothing written, if the task has moved on since.",
+)
 
 
 @cli.command()
 @click.argument("task_id")
 @reason_option
 @actor_option
+@if_version_option
 @json_option
 @pass_context
 @handles_errors
-def resume(ctx: Context, task_id: str, reason: str, actor: str, as_json: bool) -> None:
+def resume(
+    ctx: Context,
+    task_id: str,
+    reason: str,
+    actor: str,
+    if_version: int | None,
+    as_json: bool,
+) -> None:
     """Let the agent go on with TASK_ID after an escalation or a pause."""
-    result = ctx.app.resume(task_id, actor=actor, reason=reason)
+    result = ctx.app.resume(task_id, actor=actor, reason=reason, if_version=if_version)
     acted(result, as_json, f"{task_id}: resumed by {actor} ({result.state})")
 
 
@@ -45,6 +67,7 @@ def resume(ctx: Context, task_id: str, reason: str, actor: str, as_json: bool) -
 )
 @reason_option
 @actor_option
+@if_version_option
 @json_option
 @pass_context
 @handles_errors
@@ -54,10 +77,17 @@ def rewind(
     to_commit: str | None,
     reason: str,
     actor: str,
+    if_version: int | None,
     as_json: bool,
 ) -> None:
     """Send TASK_ID back to work from a commit; revert your checkout to it."""
-    result = ctx.app.rewind(task_id, actor=actor, reason=reason, to_commit=to_commit)
+    result = ctx.app.rewind(
+        task_id,
+        actor=actor,
+        reason=reason,
+        to_commit=to_commit,
+        if_version=if_version,
+    )
     target = result.to_commit or "(no commit recorded)"
     acted(
         result,
@@ -82,15 +112,21 @@ def waiting_task(app: RecoveryService) -> str:
 @click.argument("task_id", required=False)
 @reason_option
 @actor_option
+@if_version_option
 @json_option
 @pass_context
 @handles_errors
 def skip(
-    ctx: Context, task_id: str | None, reason: str, actor: str, as_json: bool
+    ctx: Context,
+    task_id: str | None,
+    reason: str,
+    actor: str,
+    if_version: int | None,
+    as_json: bool,
 ) -> None:
     """Skip TASK_ID (default: the one task waiting for a human); its run moves on."""
     target = task_id if task_id is not None else waiting_task(ctx.app)
-    result = ctx.app.skip(target, actor=actor, reason=reason)
+    result = ctx.app.skip(target, actor=actor, reason=reason, if_version=if_version)
     after = f"; next node {result.next_node}" if result.next_node else ""
     acted(result, as_json, f"{target}: skipped by {actor}{after}")
 
@@ -117,7 +153,7 @@ def handoffs(ctx: Context, as_json: bool) -> None:
         row=lambda entry: (
             entry.payload.task_id,
             str(entry.payload.failure_count),
-            presenters.one_line(entry.payload.last_error_excerpt, 60),
+            presenters.one_line(entry.payload.last_error, 60),
             entry.payload.originating_agent or "-",
             entry.payload.last_commit or "-",
             entry.claimed_by or "-",
@@ -128,13 +164,61 @@ def handoffs(ctx: Context, as_json: bool) -> None:
 @cli.command()
 @click.argument("task_id")
 @actor_option
+@if_version_option
 @json_option
 @pass_context
 @handles_errors
-def claim(ctx: Context, task_id: str, actor: str, as_json: bool) -> None:
-    """Take TASK_ID from the hand-off queue."""
-    result = ctx.app.claim_handoff(task_id, actor=actor)
-    acted(result, as_json, f"{task_id}: claimed by {actor}")
+def claim(
+    ctx: Context, task_id: str, actor: str, if_version: int | None, as_json: bool
+) -> None:
+    """Say "I'm on it" for TASK_ID's stop (an escalation, a pause or a
+    hand-off): until you release it, or someone takes it over, only you may
+    answer it."""
+    result = ctx.app.claim(task_id, actor=actor, if_version=if_version)
+    acted(result, as_json, f"{task_id}: claimed by {actor} ({result.state})")
+
+
+@cli.command()
+@click.argument("task_id")
+@actor_option
+@if_version_option
+@json_option
+@pass_context
+@handles_errors
+def release(
+    ctx: Context, task_id: str, actor: str, if_version: int | None, as_json: bool
+) -> None:
+    """Let go of your claim on TASK_ID: anyone may answer it again."""
+    result = ctx.app.release(task_id, actor=actor, if_version=if_version)
+    acted(result, as_json, f"{task_id}: released by {actor} ({result.state})")
+
+
+@cli.command(name="take-over")
+@click.argument("task_id")
+@reason_option
+@actor_option
+@if_version_option
+@json_option
+@pass_context
+@handles_errors
+def take_over(
+    ctx: Context,
+    task_id: str,
+    reason: str,
+    actor: str,
+    if_version: int | None,
+    as_json: bool,
+) -> None:
+    """Take TASK_ID's claimed stop over from its claimer (recorded: who took
+    it from whom, and why)."""
+    result = ctx.app.take_over(
+        task_id, actor=actor, reason=reason, if_version=if_version
+    )
+    acted(
+        result,
+        as_json,
+        f"{task_id}: taken over by {actor} from {result.previous} ({result.state})",
+    )
 
 
 @cli.command()
@@ -150,6 +234,7 @@ def claim(ctx: Context, task_id: str, actor: str, as_json: bool) -> None:
 )
 @reason_option
 @actor_option
+@if_version_option
 @json_option
 @pass_context
 @handles_errors
@@ -159,11 +244,16 @@ def resolve(
     resolution: ResolutionName,  # click.Choice(RESOLUTIONS) gives no other
     reason: str,
     actor: str,
+    if_version: int | None,
     as_json: bool,
 ) -> None:
-    """End TASK_ID's hand-off (claim it first)."""
+    """End TASK_ID's hand-off (if someone claimed it, only they may)."""
     result = ctx.app.resolve_handoff(
-        task_id, actor=actor, resolution=resolution, reason=reason
+        task_id,
+        actor=actor,
+        resolution=resolution,
+        reason=reason,
+        if_version=if_version,
     )
     after = f"; next node {result.next_node}" if result.next_node else ""
     acted(
@@ -184,7 +274,15 @@ def sessions(ctx: Context, as_json: bool) -> None:
         as_json,
         empty="no pending human sessions",
         title="Pending human sessions",
-        columns=("session", "task", "reason", "opened", "failures", "entropy"),
+        columns=(
+            "session",
+            "task",
+            "reason",
+            "opened",
+            "failures",
+            "entropy",
+            "claimed by",
+        ),
         row=lambda session: (
             session.session_id,
             session.task_id,
@@ -192,6 +290,7 @@ def sessions(ctx: Context, as_json: bool) -> None:
             session.opened_at.strftime(TIME),
             str(session.failure_count),
             f"{session.entropy_score:g}" if session.entropy_score is not None else "-",
+            session.claimed_by or "-",
         ),
     )
 

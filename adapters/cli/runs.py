@@ -21,6 +21,7 @@ from devs.adapters.cli.base import (
 from devs.domain import (
     InvalidInput,
 )
+from devs.domain.values import STOP_SCOPES, StopScopeName
 
 
 @cli.group()
@@ -37,10 +38,24 @@ def run() -> None:
     type=click.File("rb"),
     help="JSON file mapping each node (task id) to its prerequisites; - for stdin.",
 )
+@click.option(
+    "--stop-scope",
+    type=click.Choice(STOP_SCOPES),
+    default="run",
+    show_default=True,
+    help="What a task's stop holds up: the whole run, or only the stopped "
+    "task's descendants (ready branches beside it go on).",
+)
 @json_option
 @pass_context
 @handles_errors
-def run_start(ctx: Context, run_id: str, dag_file: Any, as_json: bool) -> None:
+def run_start(
+    ctx: Context,
+    run_id: str,
+    dag_file: Any,
+    stop_scope: StopScopeName,  # click.Choice(STOP_SCOPES) gives no other
+    as_json: bool,
+) -> None:
     """Start RUN_ID over a DAG of task ids."""
     try:
         dag = orjson.loads(dag_file.read())
@@ -48,7 +63,7 @@ def run_start(ctx: Context, run_id: str, dag_file: Any, as_json: bool) -> None:
         raise InvalidInput(
             f"--dag {dag_file.name} is not valid JSON: {error}"
         ) from None
-    state = ctx.app.start_run(run_id, dag)
+    state = ctx.app.start_run(run_id, dag, stop_scope=stop_scope)
     if as_json:
         emit_json(state)
     else:

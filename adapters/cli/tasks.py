@@ -38,6 +38,7 @@ from devs.domain import (
     InvalidInput,
     TaskSummary,
 )
+from devs.domain.output import readable
 from devs.domain.redaction import redact
 from devs.domain.values import GateName, Strategy, validated
 
@@ -168,7 +169,8 @@ def describe_task(summary: TaskSummary) -> str:
         f"{policy.handoff_threshold}, entropy limit {policy.hitl_entropy_threshold:g})",
         f"  commits: started at {summary.starting_commit or '-'}, "
         f"last {summary.last_commit or '-'}",
-        f"  lessons: {len(summary.lessons)}   events: {summary.version}",
+        f"  lessons: {len(summary.lessons)}   version: {summary.version} "
+        f"(answer it with --if-version {summary.version})",
     ]
     if summary.stuck is not None:
         lines.append(f"  stuck: {presenters.stuck_text(summary.stuck)}")
@@ -184,12 +186,13 @@ def describe_task(summary: TaskSummary) -> str:
             f"(session {session.session_id})"
         )
     if summary.handoff is not None:
-        claimed = summary.claimed_by or "nobody yet"
-        lines.append(f"  handed off; claimed by {claimed}")
+        lines.append("  handed off")
+    if summary.pending_session is not None or summary.handoff is not None:
+        lines.append(f"  claimed by: {summary.claimed_by or 'nobody yet'}")
     for failure in summary.failure_history[-5:]:
         lines.append(
             f"  - {failure.at:%H:%M:%S} {failure.reason} {failure.gate or ''} "
-            f"{presenters.one_line(failure.error_message, 100)}".rstrip()
+            f"{presenters.one_line(readable(failure.last_error), 100)}".rstrip()
         )
     return "\n".join(lines)
 

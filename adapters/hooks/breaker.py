@@ -52,6 +52,8 @@ from devs.domain.chart import FINISHED, WAITING, WORKING, TaskState
 from devs.domain.decisions import Outcome, TaskSummary
 from devs.domain.errors import AlreadyExists, InvalidInput, NotFound
 from devs.domain.names import SessionReason
+from devs.domain.output import error_line as the_error_line
+from devs.domain.output import shown as the_error_line_shown
 from devs.domain.redaction import redact
 from devs.domain.service import RecoveryApi
 from devs.domain.values import ID_MAX, NAME_MAX, STRATEGY_MAX
@@ -104,10 +106,6 @@ _EXIT_CODE = re.compile(
 )
 """The exit code in an agent's error text: ``Exit code 1``, ``Command exited
 with non-zero status code 1``, ``exit status 2``."""
-_ERROR_WORDS = re.compile(
-    r"error|fail|exception|traceback|assert|panic|cannot|not found|denied",
-    re.IGNORECASE,
-)
 
 
 # ===================================================================== what
@@ -672,40 +670,16 @@ def strategy_of(changes: Sequence[str], command: str) -> str:
 
 def error_line(output: str, exit_code: int | None) -> str:
     """The line of a failure's output that says what went wrong, one line, at
-    most 300 characters. In order of preference, the first: pytest's ``E``
-    line; a summary line (``FAILED x - why``, ``ERROR``, ``FAIL``); a line
-    that opens with an error's name (``TypeError: ...``, ``error[E0308]:``,
-    ``panic:``, ``npm ERR!``); a line with an error word; any line. Banners
-    (``==== FAILURES ====``) and the exit code line are skipped."""
-    found: list[str | None] = [None] * len(_PREFERENCES)
-    for raw in output[:200_000].splitlines():
-        line = raw.strip()
-        if not line or _EXIT_CODE.fullmatch(line[:100]) or _BANNER.match(line):
-            continue
-        head = line[:1_000]
-        for rank, pattern in enumerate(_PREFERENCES):
-            if found[rank] is None and pattern.search(head):
-                found[rank] = line
-                break
-        if found[0] is not None:
-            break
-    first = next((line for line in found if line is not None), None)
-    if first is None:
+    most 300 characters, redacted: the one rule every surface uses
+    (:func:`devs.domain.output.error_line`: pytest's ``E`` line, else the
+    first ``FAILED``/``ERROR`` line or a line that opens with an error's
+    name, ``panic:`` or ``npm ERR!``, else the last non-empty line); with no
+    line, how the process ended."""
+    line = the_error_line(output, limit=4 * ERROR_LINE_MAX)
+    if not line:
         return f"exited with code {exit_code}" if exit_code is not None else "failed"
-    return _one_line(first, ERROR_LINE_MAX - 1).replace(" [...]", "…")
-
-
-_BANNER = re.compile(r"[=_*#~-]{3}(?!-? (?:FAIL|PASS)\b)")
-"""A line of ``===``/``---``… (not go test's ``--- FAIL: TestX``)."""
-_PREFERENCES = (
-    re.compile(r"^E\s"),
-    re.compile(r"^(?:FAILED|ERROR|FAIL|--- FAIL)\b"),
-    re.compile(
-        r"^(?:\w{0,60}(?:Error|Exception)\b|error(?:\[\w{1,10}\])?:|panic:|npm ERR!)"
-    ),
-    _ERROR_WORDS,
-    re.compile(r"."),
-)
+    shown = the_error_line_shown(line)  # bidirectional controls made visible
+    return _one_line(shown, ERROR_LINE_MAX - 1).replace(" [...]", "…")
 
 
 def exit_code_in(text: str) -> int | None:

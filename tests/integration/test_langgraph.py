@@ -79,7 +79,8 @@ def test_entropy_above_threshold_suspends_and_resuming_resolves_the_session(
         assert payload["reason"] == "entropy_limit"
         assert payload["where"] == "entropy"
         assert payload["entropy_score"] == 0.9
-        assert payload["answers"] == ["resume", "rewind", "skip"]
+        assert payload["answers"] == ["resume", "rewind", "skip", "claim"]
+        assert payload["version"] == service.task("t1").version
         pending = service.pending_sessions()
         assert [(s.task_id, s.session_id) for s in pending] == [
             ("t1", payload["session_id"])
@@ -179,7 +180,7 @@ def test_three_failing_gates_escalate_and_five_hand_off(
     assert model.calls == strategies[:5]
     counts = events(service, "t1")
     assert gates(counts) == 5
-    assert counts["HandoffClaimed"] == 1
+    assert "HandoffClaimed" not in counts  # an unclaimed hand-off is resolved as is
     assert counts["HandoffResolved"] == 1
 
 
@@ -280,7 +281,7 @@ def test_a_second_humans_claim_is_refused_and_the_claimer_resolves(
         claim = {"action": "claim", "actor": "dee"}
         claimed = interrupt_of(graph.invoke(Command(resume=claim), config("a")))
         assert claimed["claimed_by"] == "dee"
-        assert claimed["answers"] == ["resolve"]
+        assert claimed["answers"] == ["resolve", "release", "take_over"]
         assert "error" not in claimed
         before = service.task("t1").version
         other = {"action": "claim", "actor": "eve"}
@@ -289,7 +290,7 @@ def test_a_second_humans_claim_is_refused_and_the_claimer_resolves(
         assert refused["error"]["field"] == "action"
         assert "'dee'" in refused["error"]["detail"]
         assert refused["claimed_by"] == "dee"
-        assert refused["answers"] == ["resolve"]
+        assert refused["answers"] == ["resolve", "release", "take_over"]
         assert service.task("t1").version == before
         assert service.task("t1").claimed_by == "dee"
         done = {
@@ -325,7 +326,7 @@ def test_the_claimers_repeated_claim_changes_nothing(
         again = interrupt_of(graph.invoke(Command(resume=claim), config("a")))
         assert "error" not in again
         assert again["claimed_by"] == "dee"
-        assert again["answers"] == ["resolve"]
+        assert again["answers"] == ["resolve", "release", "take_over"]
         done = {"action": "resolve", "actor": "dee", "resolution": "skip"}
         result = graph.invoke(Command(resume=done), config("a"))
         assert graph.get_state(config("a")).next == ()
@@ -405,7 +406,8 @@ def test_a_bad_answer_is_refused_and_records_nothing(
             ({"action": "approve", "actor": "ann"}, "action"),
             ({"action": "resume"}, "actor"),
             ("yes", "resume"),
-            ({"action": "claim", "actor": "ann"}, "action"),
+            ({"action": "resolve", "actor": "ann"}, "action"),
+            ({"action": "resume", "actor": "ann", "if_version": 1}, None),
             ({"action": "resume", "actor": " ann"}, "actor"),
             ({"action": "resume", "actor": "ann", "extra": 1}, "extra"),
         ):
@@ -586,3 +588,42 @@ def test_a_secret_in_the_test_output_reaches_neither_log(
     for path in tmp_path.glob("*.sqlite*"):
         assert secret.encode() not in path.read_bytes(), path
     assert secret not in str(service.history("t1"))
+
+
+def test_a_claimed_pause_refuses_another_humans_answer_until_taken_over(
+    tmp_path: Path, service: RecoveryService, backend: Backend
+) -> None:
+    """A claim holds an escalation or a pause too: another human's answer
+    suspends the graph again with the refusal (naming the claimer), nothing
+    recorded; an explicit take-over is recorded, then their answer goes on."""
+    repo = make_repo(tmp_path / "repo")
+    model = ScriptedModel(repo, {"x": Turn(entropy=0.99)})
+    service.start_task("t1")
+    with saver(tmp_path / "graph.sqlite") as checkpointer:
+        graph = build(referee_for(backend, repo), model, ["x"], checkpointer)
+        paused = interrupt_of(graph.invoke({"task_id": "t1"}, config("a")))
+        claim = {"action": "claim", "actor": "dee", "if_version": paused["version"]}
+        claimed = interrupt_of(graph.invoke(Command(resume=claim), config("a")))
+        assert claimed["claimed_by"] == "dee"
+        assert claimed["answers"] == [
+            "resume",
+            "rewind",
+            "skip",
+            "release",
+            "take_over",
+        ]
+        before = service.task("t1").version
+        other = {"action": "skip", "actor": "eve", "reason": "mine"}
+        refused = interrupt_of(graph.invoke(Command(resume=other), config("a")))
+        assert "claimed by 'dee'" in refused["error"]["detail"]
+        assert service.task("t1").version == before
+        stale = {"action": "take_over", "actor": "eve", "if_version": before - 1}
+        refused = interrupt_of(graph.invoke(Command(resume=stale), config("a")))
+        assert f"is at version {before}" in refused["error"]["detail"]
+        take = {"action": "take_over", "actor": "eve", "reason": "dee is off"}
+        taken = interrupt_of(graph.invoke(Command(resume=take), config("a")))
+        assert taken["claimed_by"] == "eve"
+        result = graph.invoke(Command(resume=other), config("a"))
+    assert result["devs"]["decided_by"] == "eve"
+    assert service.task("t1").state == "SKIPPED"
+    assert events(service, "t1")["ClaimTakenOver"] == 1
