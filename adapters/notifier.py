@@ -39,12 +39,15 @@ from eventsourcing.persistence import OperationalError, PersistenceError
 
 from devs.adapters.people import (
     PeopleSettings,
+    SlackPost,
+    Threads,
     console_link,
     for_people,
     people_settings,
+    post_slack,
     send_email,
-    send_slack,
     slack_shown,
+    thread_root,
 )
 from devs.adapters.persistence import NO_BUSY_WAIT
 from devs.adapters.webhooks import (
@@ -164,6 +167,18 @@ def notify_settings(environ: Mapping[str, str] | None = None) -> NotifySettings:
 Send = Callable[[httpx.Client, OutboxMessage, "str | None", float], Attempt]
 
 
+PEOPLE_KINDS = frozenset({"slack", "email"})
+"""The kinds of channel that speak to people: a task's messages are tried
+on each one at a time, in order, so that they thread."""
+
+
+def channel_key(kind: str, address: str) -> str:
+    """A channel's key in ``outbox_channels``: its kind and a digest of its
+    address (which may hold a credential)."""
+    digest = hashlib.sha256(address.encode()).hexdigest()[:16]
+    return f"{kind}:{digest}"
+
+
 class Channel:
     """One configured endpoint: its key in ``outbox_channels`` (a digest of
     its address, which may hold a credential), how it is shown, the message
@@ -177,13 +192,47 @@ class Channel:
         types: frozenset[str] | None,
         send: Send,
     ) -> None:
-        digest = hashlib.sha256(address.encode()).hexdigest()[:16]
-        self.key = f"{kind}:{digest}"
+        self.key = channel_key(kind, address)
         self.kind, self.shown, self.types, self.send = kind, shown, types, send
 
 
-def channels_of(settings: NotifySettings) -> list[Channel]:
-    """The channels ``settings`` configure: each webhook URL, Slack, e-mail."""
+def _thread_of(threads: Threads | None, channel: str, task_id: str) -> str | None:
+    """The task's thread on ``channel``; ``None`` when there is none yet or
+    the store cannot say (the message then starts one: a thread is a
+    comfort, never a reason not to tell people)."""
+    if threads is None:
+        return None
+    try:
+        return threads.thread_of(channel, task_id)
+    except Exception as error:
+        logger.warning(
+            "cannot read the thread of %s: %s", task_id, type(error).__name__
+        )
+        return None
+
+
+def _start_thread(
+    threads: Threads | None, channel: str, task_id: str, thread: str, message_id: str
+) -> str | None:
+    """:meth:`Threads.start_thread`; ``None`` when the store cannot say."""
+    if threads is None:
+        return None
+    try:
+        return threads.start_thread(channel, task_id, thread, message_id)
+    except Exception as error:
+        logger.warning(
+            "cannot record the thread of %s: %s", task_id, type(error).__name__
+        )
+        return None
+
+
+def channels_of(
+    settings: NotifySettings, threads: Threads | None = None
+) -> list[Channel]:
+    """The channels ``settings`` configure: each webhook URL, Slack, e-mail.
+    ``threads`` remembers each task's Slack thread and first e-mail (without
+    it, each Slack message is a new one and each e-mail replies to the
+    task's root)."""
     found: list[Channel] = []
     secret = settings.webhooks.secrets[0] if settings.webhooks.secrets else ""
     for url in settings.webhooks.urls:
@@ -204,24 +253,13 @@ def channels_of(settings: NotifySettings) -> list[Channel]:
         found.append(Channel("webhook", url, shown(url), None, to_webhook))
     people = settings.people
     kinds = frozenset(kind.value for kind in MessageType if for_people(kind.value))
-    if people.slack_url is not None:
-        slack_url = people.slack_url
-
-        def to_slack(
-            client: httpx.Client,
-            message: OutboxMessage,
-            link: str | None,
-            timeout: float,
-        ) -> Attempt:
-            return send_slack(client, slack_url, message, link, timeout=timeout)
-
-        found.append(
-            Channel("slack", slack_url, slack_shown(slack_url), kinds, to_slack)
-        )
+    if people.slack_url is not None or people.slack_token is not None:
+        found.append(_slack_channel(people, kinds, threads))
     if people.smtp is not None and people.recipients:
         server = people.smtp
         address = f"{server.shown}\0{server.user}\0{','.join(people.recipients)}"
         shown_to = f"e-mail to {', '.join(people.recipients)}"
+        email_key = channel_key("email", address)
 
         def to_email(
             client: httpx.Client,
@@ -229,10 +267,56 @@ def channels_of(settings: NotifySettings) -> list[Channel]:
             link: str | None,
             timeout: float,
         ) -> Attempt:
-            return send_email(people, message, link, timeout=timeout)
+            task_id = message.task_id
+            root = thread_root(task_id)
+            starter = _start_thread(threads, email_key, task_id, root, message.id)
+            first = starter == message.id
+            return send_email(people, message, link, timeout=timeout, first=first)
 
         found.append(Channel("email", address, shown_to, kinds, to_email))
     return found
+
+
+def _slack_channel(
+    people: PeopleSettings, kinds: frozenset[str], threads: Threads | None
+) -> Channel:
+    """Slack's channel: an incoming webhook (each message a new one), or
+    the Web API with a bot token, each task's later messages replies in the
+    thread of its first."""
+    if people.slack_token is None:
+        assert people.slack_url is not None
+        hook = SlackPost(url=people.slack_url)
+
+        def to_hook(
+            client: httpx.Client,
+            message: OutboxMessage,
+            link: str | None,
+            timeout: float,
+        ) -> Attempt:
+            return post_slack(client, hook, message, link, timeout=timeout).attempt
+
+        shown_hook = slack_shown(people.slack_url)
+        return Channel("slack", people.slack_url, shown_hook, kinds, to_hook)
+    api = f"{people.slack_api_url}/chat.postMessage"
+    address = f"{people.slack_api_url}\0{people.slack_channel}"
+    key = channel_key("slack", address)
+    token, channel = people.slack_token, people.slack_channel
+
+    def to_api(
+        client: httpx.Client,
+        message: OutboxMessage,
+        link: str | None,
+        timeout: float,
+    ) -> Attempt:
+        thread = _thread_of(threads, key, message.task_id)
+        post = SlackPost(url=api, token=token, channel=channel, thread_ts=thread)
+        sent = post_slack(client, post, message, link, timeout=timeout)
+        if thread is None and sent.ts is not None:
+            _start_thread(threads, key, message.task_id, sent.ts, message.id)
+        return sent.attempt
+
+    shown_api = f"Slack {channel} via {slack_shown(people.slack_api_url)}"
+    return Channel("slack", address, shown_api, kinds, to_api)
 
 
 def open_channels(service: RecoveryService, settings: NotifySettings) -> None:
@@ -252,6 +336,22 @@ def owner_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def _after(
+    before: Future[Attempt] | None,
+    patience: float,
+    send: Send,
+    client: httpx.Client,
+    message: OutboxMessage,
+    link: str | None,
+    timeout: float,
+) -> Attempt:
+    """``send(...)`` once ``before`` (the same task's previous try on the
+    channel) ended, or after ``patience`` seconds at most."""
+    if before is not None:
+        wait_for([before], timeout=patience)
+    return send(client, message, link, timeout)
+
+
 class Sender:
     """Adds, leases, tries and records deliveries (one thread calls
     :meth:`step`; the tries run on a pool of :data:`SENDERS` threads)."""
@@ -267,9 +367,12 @@ class Sender:
         self.service = service
         self.settings = settings
         self.owner = owner or owner_name()
-        self.channels = {channel.key: channel for channel in channels_of(settings)}
-        self.types = {key: channel.types for key, channel in self.channels.items()}
         self.store: OutboxDeliveries = service.read_models.deliveries
+        threads = self.store if isinstance(self.store, Threads) else None
+        self.channels = {
+            channel.key: channel for channel in channels_of(settings, threads)
+        }
+        self.types = {key: channel.types for key, channel in self.channels.items()}
         self.pool = ThreadPoolExecutor(SENDERS, thread_name_prefix="devs-outbox")
         self.client = httpx.Client(follow_redirects=False)
         self.inflight: dict[Future[Attempt], Claimed] = {}
@@ -278,6 +381,9 @@ class Sender:
         self.outcomes: dict[Future[Attempt], Settled] = {}
         """What each ended try came to, worked out (and logged) once, kept
         until it is recorded (a store away for a while: recorded later)."""
+        self.last_of_task: dict[tuple[str, str], Future[Attempt]] = {}
+        """The latest try started of each task on each channel to people: a
+        task's next try there waits for it (its messages thread in order)."""
         self._turn = 0
 
     def open(self) -> None:
@@ -313,9 +419,7 @@ class Sender:
         claimed = self.store.exchange(
             self.owner, results, self.types, time.time(), self.settings.lease, wants
         )
-        for future in finished:
-            del self.inflight[future]
-            self.outcomes.pop(future, None)
+        self._forget(finished)
         trying = {(i.channel, i.message.id) for i in self.inflight.values()}
         started = 0
         for item in claimed:
@@ -324,9 +428,24 @@ class Sender:
             channel = self.channels[item.channel]
             public_url = self.settings.people.public_url
             link = console_link(public_url, item.message.task_id)
-            future = self.pool.submit(
-                channel.send, self.client, item.message, link, self.settings.timeout
+            task_key = (item.channel, item.message.task_id)
+            before = (
+                self.last_of_task.get(task_key)
+                if channel.kind in PEOPLE_KINDS
+                else None
             )
+            future = self.pool.submit(
+                _after,
+                before,
+                self.settings.lease / 2,
+                channel.send,
+                self.client,
+                item.message,
+                link,
+                self.settings.timeout,
+            )
+            if channel.kind in PEOPLE_KINDS:
+                self.last_of_task[task_key] = future
             self.inflight[future] = item
             started += 1
         return len(finished) + started
@@ -357,10 +476,16 @@ class Sender:
             return 0
         results = [self._outcome(self.inflight[f], f) for f in finished]
         self.store.settle(self.owner, results, time.time())
-        for future in finished:
-            del self.inflight[future]
-            self.outcomes.pop(future, None)
+        self._forget(finished)
         return len(finished)
+
+    def _forget(self, finished: list[Future[Attempt]]) -> None:
+        for future in finished:
+            item = self.inflight.pop(future)
+            self.outcomes.pop(future, None)
+            key = (item.channel, item.message.task_id)
+            if self.last_of_task.get(key) is future:
+                del self.last_of_task[key]
 
     def _outcome(self, item: Claimed, future: Future[Attempt]) -> Settled:
         known = self.outcomes.get(future)
@@ -379,6 +504,10 @@ class Sender:
             )
         tries = item.tries + 1
         if tried.outcome is Attempted.DELIVERED:
+            if tried.error:  # delivered otherwise than asked (plain text)
+                logger.warning(
+                    "%s: %s: %s", channel.shown, item.message.id, tried.error
+                )
             return Settled(
                 channel=item.channel,
                 message_id=item.message.id,
@@ -402,6 +531,22 @@ class Sender:
                 status=tried.status,
                 error=tried.error,
                 disable=True,
+            )
+        if tried.outcome is Attempted.REFUSED:
+            logger.warning(
+                "%s refused %s for good: a dead letter after %d tries (%s)",
+                channel.shown,
+                item.message.id,
+                tries,
+                tried.error,
+            )
+            return Settled(
+                channel=item.channel,
+                message_id=item.message.id,
+                state=DeliveryState.DEAD,
+                next_at=None,
+                status=tried.status,
+                error=tried.error,
             )
         wait = next_wait(
             tries, self.settings.webhooks.backoff, tried.retry_after, rng=self.rng

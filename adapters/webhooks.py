@@ -56,6 +56,10 @@ class Attempted(StrEnum):
     DELIVERED = "delivered"
     RETRY = "retry"
     GONE = "gone"
+    REFUSED = "refused"
+    """The endpoint refused this message for good (Slack's ``invalid_blocks``
+    and then its plain-text form too): dead at once, the endpoint left
+    enabled."""
 
 
 class Attempt(Immutable):

@@ -14,7 +14,10 @@ senders write (docs/notifications.md):
   PostgreSQL the claim skips rows another sender is claiming, ``FOR UPDATE
   SKIP LOCKED``; on SQLite one write transaction claims at a time);
 - ``outbox_leases``: named leases, such as the deadline sweeper's, held by
-  one process of all those sharing the database.
+  one process of all those sharing the database;
+- ``outbox_threads``: each task's thread on a channel to people (the ``ts``
+  of its first Slack message, the ``Message-ID`` of its first e-mail), so
+  that its later messages reply in it.
 
 None of this is a fold of the log: a rebuild of the read models leaves it as
 it is (a message's id is derived from its event, so a rebuilt outbox names
@@ -80,8 +83,15 @@ DDL: tuple[str, ...] = (
     "name TEXT PRIMARY KEY, "
     "owner TEXT NOT NULL, "
     "until REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS outbox_threads ("
+    "channel TEXT NOT NULL, "
+    "task_id TEXT NOT NULL, "
+    "thread TEXT NOT NULL, "
+    "message_id TEXT NOT NULL, "
+    "created_at REAL NOT NULL, "
+    "PRIMARY KEY (channel, task_id))",
 )
-TABLES = ("outbox_channels", "outbox_deliveries", "outbox_leases")
+TABLES = ("outbox_channels", "outbox_deliveries", "outbox_leases", "outbox_threads")
 ENQUEUE_LIMIT = 1000
 """Messages added per channel by one exchange."""
 LOCK_WAIT = 5.0
@@ -408,6 +418,37 @@ class DeliveryTables(ABC):
             cursor.execute(
                 "DELETE FROM outbox_leases WHERE name = ? AND owner = ?", (name, owner)
             )
+
+    # ------------------------------------------------------------ threads
+
+    def thread_of(self, channel: str, task_id: str) -> str | None:
+        """The thread of ``task_id`` on ``channel`` (``None``: none yet)."""
+        rows = self._rows(
+            "SELECT thread FROM outbox_threads WHERE channel = ? AND task_id = ?",
+            (channel, task_id),
+        )
+        return str(rows[0]["thread"]) if rows else None
+
+    def start_thread(
+        self, channel: str, task_id: str, thread: str, message_id: str
+    ) -> str:
+        """Record ``thread`` as the thread of ``task_id`` on ``channel``,
+        started by ``message_id``, unless one is recorded already (the first
+        one stays); the id of the message that started the one recorded."""
+        with self._write() as cursor:
+            cursor.execute(
+                "INSERT INTO outbox_threads (channel, task_id, thread, "
+                "message_id, created_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (channel, task_id) DO NOTHING",
+                (channel, task_id, thread, message_id, time.time()),
+            )
+            cursor.execute(
+                "SELECT message_id FROM outbox_threads "
+                "WHERE channel = ? AND task_id = ?",
+                (channel, task_id),
+            )
+            found = cursor.fetchone()
+        return str(found["message_id"])
 
     # ------------------------------------------------------------ reading
 

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from devs.adapters.notifier import REMINDER_ENV, TIMEOUT_ENV, Sweeper
-from devs.adapters.people import EMAIL_ENV, PUBLIC_URL_ENV, SLACK_ENV, SMTP_ENV
+from devs.adapters.people import (
+    EMAIL_ENV,
+    PUBLIC_URL_ENV,
+    SLACK_API_ENV,
+    SLACK_CHANNEL_ENV,
+    SLACK_ENV,
+    SLACK_TOKEN_ENV,
+    SMTP_ENV,
+)
 from devs.adapters.webhooks import (
     BACKOFF_ENV,
     SECRET_ENV,
@@ -27,7 +35,7 @@ from devs.domain.policy import Policy
 from tests.helpers import outbox_story
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "notifications.md"
-SECTION = re.compile(r"^### `([a-z.]+)`\n(.*?)(?=^### |^## )", re.M | re.S)
+SECTION = re.compile(r"^### `([a-z._]+)`\n(.*?)(?=^### |^## )", re.M | re.S)
 JSON_BLOCK = re.compile(r"```json\n(.*?)```", re.S)
 
 
@@ -43,8 +51,19 @@ def documented() -> dict[str, dict[str, Any]]:
 
 def every_kind_of_message(service: RecoveryService) -> dict[str, set[str]]:
     """Each type's data fields, over a story that sends every type (a task
-    in a run, with a deadline and a reminder)."""
+    in a run, with a deadline and a reminder; a stop claimed, released,
+    claimed and taken over; a running task rewound)."""
     outbox_story(service)
+    service.start_run("r2", {"held": []})
+    service.start_task("held", run_id="r2", agent="coder")
+    for i in range(3):
+        service.record_gate("held", 1, gate="pytest", strategy=f"s{i}", error="E x")
+    service.claim("held", actor="ann")
+    service.release("held", actor="ann")
+    service.claim("held", actor="ann")
+    service.take_over("held", actor="bob", reason="ann is away")
+    service.resume("held", actor="bob", reason="go on")
+    service.rewind("held", actor="bob", reason="start again")
     service.start_run("r1", {"near": []})
     for task_id, deadline, run_id in (("near", 60.0, "r1"), ("late", 0.5, None)):
         service.policy = Policy(human_deadline=deadline)
@@ -85,6 +104,9 @@ def test_every_setting_it_names_is_read_and_in_configuration() -> None:
         TIMEOUT_ENV,
         PUBLIC_URL_ENV,
         SLACK_ENV,
+        SLACK_TOKEN_ENV,
+        SLACK_CHANNEL_ENV,
+        SLACK_API_ENV,
         SMTP_ENV,
         EMAIL_ENV,
         REMINDER_ENV,

@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any, ClassVar
@@ -37,14 +37,20 @@ from devs.adapters.people import (
     SmtpSecurity,
     console_link,
     email_of,
+    facts,
     for_people,
     headline,
     last_error_line,
+    notice,
     people_settings,
+    said,
     send_email,
     send_slack,
     slack_body,
     slack_shown,
+    subject_of,
+    thread_root,
+    when,
 )
 from devs.adapters.webhooks import Attempted
 from devs.domain import InvalidInput
@@ -225,129 +231,198 @@ def test_a_console_link_quotes_the_task_id() -> None:
     )
 
 
-def test_people_hear_of_stops_hand_offs_and_deadlines_only() -> None:
+def test_people_hear_of_stops_claims_answers_and_deadlines() -> None:
     heard = {str(kind) for kind in MessageType if for_people(kind)}
-    # The reminder is heard whether or not MessageType names it yet.
-    assert heard | {DEADLINE_REMINDER} == {
+    assert heard == {
         MessageType.SESSION_OPENED.value,
         MessageType.HANDOFF_OPENED.value,
         MessageType.DEADLINE_EXPIRED.value,
-        DEADLINE_REMINDER,
+        MessageType.DEADLINE_REMINDER.value,
+        MessageType.SESSION_CLAIMED.value,
+        MessageType.HANDOFF_CLAIMED.value,
+        MessageType.CLAIM_RELEASED.value,
+        MessageType.CLAIM_TAKEN_OVER.value,
+        MessageType.SESSION_ANSWERED.value,
+        MessageType.HANDOFF_RESOLVED.value,
     }
+    # Nobody was asked about these: webhooks only.
+    for kind in ("task.completed", "task.skipped", "task.rewound", "x.y"):
+        assert not for_people(kind)
     assert for_people(DEADLINE_REMINDER)
-    assert not for_people("something.else")
-    assert for_people(MessageType.HANDOFF_OPENED.value)
 
 
 # ---------------------------------------------------------------------- text
+
+NOW = datetime(2026, 11, 28, 6, 31, 5, tzinfo=UTC)
+DEADLINE = "2026-11-28T06:45:05.668247+00:00"
 
 
 @pytest.mark.parametrize(
     ("message", "expected"),
     [
+        (escalated(), "fix-login needs a human: failed 3 times in a row"),
         (
-            escalated(),
-            "Task fix-login is waiting for a human: escalated after 3 failures "
-            "(max_retries)",
-        ),
-        (
-            a_message(reason=SessionReason.ENTROPY_LIMIT.value, entropy_score=0.9271),
-            "Task fix-login is waiting for a human: paused, its output's entropy "
-            "is 0.927 (entropy_limit)",
+            a_message(reason=SessionReason.ENTROPY_LIMIT.value, entropy_score=0.9071),
+            "fix-login needs a human: looked stuck (entropy 0.91)",
         ),
         (
             a_message(reason=SessionReason.BLACKLISTED_STRATEGY.value),
-            "Task fix-login is waiting for a human: paused, a blacklisted strategy "
-            "was tried again (blacklisted_strategy)",
+            "fix-login needs a human: repeated a strategy that already failed",
         ),
         (
             a_message(reason="new_reason", failure_count=1),
-            "Task fix-login is waiting for a human: stopped after 1 failure "
-            "(new_reason)",
+            "fix-login needs a human: stopped (new_reason)",
         ),
         (
             a_message(
                 MessageType.HANDOFF_OPENED, reason=HAND_OFF_REQUIRED, failure_count=5
             ),
-            "Task fix-login was handed off to the human queue after 5 failures",
+            "fix-login needs a human to take it over: handed off after 5 failures",
         ),
         (
             a_message(
                 MessageType.DEADLINE_EXPIRED,
                 reason="human_deadline",
                 session_id="ses_1",
-                deadline_at="2026-05-01T12:00:00+00:00",
+                deadline_at=DEADLINE,
                 actor="devs:deadline",
             ),
-            "Task fix-login: nobody answered in time; it was handed off "
-            "(human_deadline)",
+            "fix-login was handed off: nobody answered before the deadline",
+        ),
+        (
+            a_message(MessageType.DEADLINE_REMINDER, deadline_at=DEADLINE),
+            "fix-login still needs a human: the deadline is in 14 minutes (06:45 UTC)",
         ),
         (
             a_message(MessageType.SESSION_ANSWERED, actor="ann", action="resume"),
-            "Task fix-login: ann answered (resume)",
+            "ann let fix-login go on",
+        ),
+        (
+            a_message(MessageType.SESSION_ANSWERED, actor="ann", action="rewind"),
+            "ann sent fix-login back to an earlier commit",
+        ),
+        (
+            a_message(MessageType.TASK_SKIPPED, actor="ann", action="skip"),
+            "ann skipped fix-login",
+        ),
+        (
+            a_message(MessageType.SESSION_CLAIMED, actor="ann"),
+            "ann is on fix-login: others' answers wait for them",
         ),
         (
             a_message(MessageType.HANDOFF_CLAIMED, actor="bob"),
-            "Task fix-login was claimed from the human queue by bob",
+            "bob took fix-login from the hand-off queue",
+        ),
+        (
+            a_message(MessageType.CLAIM_RELEASED, actor="bob"),
+            "bob let go of fix-login: anyone may answer it",
+        ),
+        (
+            a_message(
+                MessageType.CLAIM_TAKEN_OVER, actor="cy", previous="bob", reason="away"
+            ),
+            "cy took fix-login over from bob",
         ),
         (
             a_message(MessageType.HANDOFF_RESOLVED, actor="bob", resolution="skip"),
-            "Task fix-login: its hand-off was resolved by bob (skip)",
+            "bob skipped fix-login",
+        ),
+        (
+            a_message(MessageType.HANDOFF_RESOLVED, actor="bob", resolution="return"),
+            "bob gave fix-login back to the agent",
         ),
         (
             a_message(MessageType.TASK_COMPLETED, gate="pytest"),
-            "Task fix-login completed (gate pytest)",
+            "fix-login passed its gate",
         ),
     ],
 )
-def test_each_message_has_one_line_saying_what_happened(
+def test_each_message_has_one_line_saying_what_happened_in_words(
     message: OutboxMessage, expected: str
 ) -> None:
-    assert headline(message) == expected
+    line = headline(message, NOW)
+    assert line == expected
+    for code in ("max_retries", "hand_off_required", "ESCALATION", "ses_1", "2026"):
+        assert code not in line
 
 
-def test_a_type_the_enum_lacks_still_has_a_headline() -> None:
-    def built(kind: str, **data: Any) -> OutboxMessage:
-        fields: dict[str, Any] = {
-            "id": message_id("task:t9", 2),
-            "type": kind,  # a plain string: model_construct validates nothing
-            "timestamp": WHEN,
-            "task_id": "t9",
-            "position": 3,
-            "data": {"task_id": "t9", "state": "ESCALATION", **data},
-        }
-        return OutboxMessage.model_construct(**fields)
-
-    reminder = built(DEADLINE_REMINDER, deadline_at="2026-05-02T09:00:00+00:00")
-    assert headline(reminder) == (
-        "Task t9: its human deadline is at 2026-05-02T09:00:00+00:00 (reminder)"
+def test_a_deadline_reads_as_how_long_and_when_without_microseconds() -> None:
+    deadline = datetime.fromisoformat(DEADLINE)
+    assert when(deadline, NOW) == "in 14 minutes (06:45 UTC)"
+    assert when(deadline, deadline + timedelta(hours=3)) == (
+        "passed 3 hours ago (06:45 UTC)"
     )
-    assert headline(built(DEADLINE_REMINDER)) == (
-        "Task t9: its human deadline is near (reminder)"
+    assert when(deadline, deadline - timedelta(seconds=20)) == (
+        "in less than a minute (06:45 UTC)"
     )
-    assert headline(built("task.exploded\n<!channel>")) == (
-        "Task t9: task.exploded <!channel> (state ESCALATION)"
+    assert (
+        when(deadline, deadline - timedelta(days=3)) == "in 3 days (28 Nov 06:45 UTC)"
     )
+    note = notice(escalated(deadline_at=DEADLINE, run_id="release-42"), None, NOW)
+    assert ("Answer by", "in 14 minutes (06:45 UTC)") in note.facts
+    expired = a_message(
+        MessageType.DEADLINE_EXPIRED, deadline_at=DEADLINE, claimed_by="ann"
+    )
+    facts_of = dict(notice(expired, None, NOW).facts)
+    assert facts_of["Deadline"] == "passed at 06:45 UTC"
+    assert facts_of["Claimed by"] == "ann"
 
 
-def test_hostile_text_is_cut_to_one_line_without_control_characters() -> None:
+def test_a_notice_says_the_run_agent_gate_strategies_and_error() -> None:
+    message = escalated(
+        run_id="release-42",
+        agent="coder",
+        gate="pytest",
+        exit_code=1,
+        strategies_tried=[f"s{i}" for i in range(12)],
+        last_error="E AssertionError: expected 200, got 500",
+    )
+    note = notice(message, "https://d.example/console/tasks/fix-login", NOW)
+    assert dict(note.facts) == {
+        "Why": "failed 3 times in a row",
+        "Task": "fix-login",
+        "Run": "release-42",
+        "Agent": "coder",
+        "Gate": "pytest, exit code 1",
+    }
+    assert note.tried == tuple(f"s{i}" for i in range(2, 12))  # the latest 10
+    assert note.error == "E AssertionError: expected 200, got 500"
+    blacklist = a_message(
+        reason=SessionReason.BLACKLISTED_STRATEGY.value,
+        blocked_strategy="regex",
+        failure_count=2,
+    )
+    assert dict(notice(blacklist, None, NOW).facts) == {
+        "Why": "repeated a strategy that already failed",
+        "Task": "fix-login",
+        "Blocked strategy": "regex",
+        "Failures": "2 in a row",
+    }
+    answered = a_message(
+        MessageType.SESSION_ANSWERED, actor="ann", action="resume", reason="go on"
+    )
+    assert dict(notice(answered, None, NOW).facts)["Reason given"] == "go on"
+
+
+def test_hostile_text_is_one_readable_line() -> None:
     message = escalated(
         task_id="t\r\nBcc: x@y\x1b[31m\u202e",
-        reason="max_retries\x00\x07" + "r" * 10_000,
+        agent="a\x1b]0;title\x07gent\u2028x",
         last_error="first\n" + "x" * 5_000 + "\u2028\n \t\n\x0b",
     )
     line = headline(message)
-    assert "\r" not in line
-    assert "\n" not in line
-    assert "\x1b" not in line
-    assert "\u202e" not in line
-    assert line.startswith("Task t Bcc: x@y [31m is waiting")
-    assert len(line) < 500
-    error = last_error_line(message.data["last_error"])
-    assert error == "x" * (LAST_ERROR_SHOWN - 1) + "…"
-    assert last_error_line("one\ntwo  \n\n") == "two"
+    for character in ("\r", "\n", "\x1b", "\u202e", "\u2028"):
+        assert character not in line
+    assert line.startswith("t Bcc: x@y<U+202E> needs a human")
+    assert dict(facts(message))["Agent"] == "agent x"
+    # An older message's whole output is reduced by the one rule.
+    assert last_error_line(message.data["last_error"]) == (
+        "x" * (LAST_ERROR_SHOWN - 1) + "…"
+    )
+    assert last_error_line("one\nE   two  \nthree\n") == "E two"
     assert last_error_line("\n \n") == ""
     assert last_error_line(None) == ""
+    assert said("\x1b[1;31mred\x1b[0m \u202egreen") == "red <U+202E>green"
     # Linear time: a megabyte of blank lines and a long line is quick.
     started = time.perf_counter()
     assert last_error_line("a\n" + "\n \r" * 1_000_000) == "a"
@@ -361,43 +436,57 @@ HOSTILE = "<!channel> look <http://evil.example|your bank> & <@U123>"
 
 
 def test_the_slack_body_says_what_stopped_and_why_escaped() -> None:
-    message = escalated(reason=HOSTILE, last_error=f"boom\nE  {HOSTILE} `tick`")
+    message = escalated(
+        reason=HOSTILE,
+        agent=HOSTILE,
+        last_error=f"E  {HOSTILE} `tick` *bold*",
+        deadline_at=DEADLINE,
+    )
     link = console_link(
         people_settings({PUBLIC_URL_ENV: "https://devs.example.com"}).public_url,
         message.task_id,
     )
-    body = slack_body(message, link)
-    assert body["text"].startswith("Task fix-login is waiting for a human: stopped")
-    [section, actions] = body["blocks"]
-    assert section["type"] == "section"
-    assert section["text"]["type"] == "mrkdwn"
-    text = section["text"]["text"]
-    assert "*Task:* fix-login" in text
-    assert "*Failures:* 3" in text
-    assert "*Session:* ses_1" in text
-    assert "*Why:* &lt;!channel&gt; look &lt;http://evil.example|your bank&gt;" in text
-    assert "*Last error:* `E &lt;!channel&gt;" in text
-    assert text.endswith("'tick'`")  # a backtick would end the code span
+    body = slack_body(message, link, now=NOW)
+    assert body["text"].startswith("fix-login needs a human: stopped (&lt;!channel")
+    header, facts_block, error_block, actions = body["blocks"]
+    assert header["type"] == "header"
+    assert header["text"]["type"] == "plain_text"
+    assert header["text"]["text"].startswith("fix-login needs a human")
+    text = facts_block["text"]["text"]
+    assert facts_block["text"]["verbatim"] is True
+    assert "*Task:* `fix-login`" in text
+    assert "*Answer by:* in 14 minutes (06:45 UTC)" in text
+    assert "*Agent:* `&lt;!channel&gt; look &lt;http://evil.example|your bank" in text
+    assert "ses_1" not in orjson.dumps(body).decode()
+    error = error_block["text"]["text"]
+    assert error == (
+        "*Last error:* `E &lt;!channel&gt; look &lt;http://evil.example|your bank&gt;"
+        " &amp; &lt;@U123&gt; \u02cbtick\u02cb *bold*`"
+    )
     assert actions == {
         "type": "actions",
         "elements": [
             {
                 "type": "button",
-                "text": {"type": "plain_text", "text": "Open in the console"},
+                "text": {"type": "plain_text", "text": "Answer in the console"},
                 "url": "https://devs.example.com/console/tasks/fix-login",
             }
         ],
     }
-    raw = orjson.dumps(body).decode()
+    sections = [b for b in body["blocks"] if b["type"] == "section"]
+    raw = orjson.dumps(sections).decode() + body["text"]
     for injected in ("<!channel>", "<http://evil", "<@U123>", "& <"):
         assert injected not in raw
-    assert "&amp; &lt;@U123&gt;" in raw
 
 
 def test_without_a_public_url_there_is_no_button() -> None:
     settings = people_settings({SLACK_ENV: "https://hooks.slack.com" + HOOK_PATH})
     body = slack_body(escalated(), console_link(settings.public_url, "fix-login"))
-    assert [block["type"] for block in body["blocks"]] == ["section"]
+    assert [block["type"] for block in body["blocks"]] == [
+        "header",
+        "section",
+        "section",
+    ]
     assert "console" not in orjson.dumps(body).decode()
 
 
@@ -445,7 +534,8 @@ def test_a_slack_delivery_posts_the_body(slack: str) -> None:
     assert result.error is None
     [(path, headers, body)] = SlackReceiver.received
     assert path == HOOK_PATH
-    assert headers["content-type"] == "application/json"
+    assert headers["content-type"] == "application/json; charset=utf-8"
+    assert "authorization" not in headers  # a hook has its key in its path
     assert orjson.loads(body) == slack_body(message, "https://d.example/x")
 
 
@@ -454,8 +544,7 @@ def test_a_slack_delivery_posts_the_body(slack: str) -> None:
     [
         ((500, {}, b"rollup_error"), Attempted.RETRY, None),
         ((429, {"Retry-After": "7"}, b"rate_limited"), Attempted.RETRY, 7.0),
-        ((404, {}, b"channel_not_found"), Attempted.RETRY, None),
-        ((400, {}, b"invalid_blocks"), Attempted.RETRY, None),
+        ((408, {}, b"timeout"), Attempted.RETRY, None),
         ((410, {}, b"channel_is_archived"), Attempted.GONE, None),
     ],
 )
@@ -562,23 +651,24 @@ def test_an_email_arrives_with_its_headers_and_body(inbox: tuple[Inbox, int]) ->
     assert envelope.mail_from == "devs@corp.example"
     assert envelope.rcpt_tos == ["ann@corp.example", "bob@corp.example"]
     [mail] = mailbox.mails()
-    assert mail["Subject"] == headline(message)
+    assert mail["Subject"] == "[devs] fix-login: needs a human"
     assert mail["From"] == "devs@corp.example"
     assert mail["To"] == "ann@corp.example, bob@corp.example"
-    assert mail["Message-ID"] == f"<{message.id}@devs-recovery>"
+    # The task's first e-mail: the root its later ones reply to.
+    assert mail["Message-ID"] == thread_root("fix-login")
+    assert mail["In-Reply-To"] is None
     assert mail["Date"] == "Fri, 01 May 2026 12:30:00 +0000"
     assert mail["Auto-Submitted"] == "auto-generated"
     body = mail.get_body(("plain",))
     assert body is not None
     text = body.get_content().replace("\r\n", "\n")
     assert "Task: fix-login\n" in text
-    assert "Why: max_retries\n" in text
-    assert "Failures: 3\n" in text
-    assert "Session: ses_1\n" in text
+    assert text.startswith("fix-login needs a human: failed 3 times in a row\n")
+    assert "Why: failed 3 times in a row\n" in text
+    assert "ses_1" not in text
+    assert "max_retries" not in text
     assert "Last error: AssertionError: 1 != 2\n" in text
-    assert (
-        "Open in the console: https://devs.example.com/console/tasks/fix-login" in text
-    )
+    assert "Answer it: https://devs.example.com/console/tasks/fix-login" in text
 
 
 def test_the_default_sender_is_named_after_the_server(inbox: tuple[Inbox, int]) -> None:
@@ -619,7 +709,7 @@ def test_a_header_cannot_be_injected(inbox: tuple[Inbox, int]) -> None:
             "MIME-Version",
         ]
     )
-    assert mail["Subject"].startswith("Task t1 Bcc: x@y.example X-Evil: 1 is waiting")
+    assert mail["Subject"] == "[devs] t1 Bcc: x@y.example X-Evil: 1: needs a human"
     built = email_of(message, None, "d@e.example", ["a@b.example"])
     assert len(built["Subject"]) <= 200
     assert "\n" not in built["Subject"]
@@ -773,4 +863,4 @@ def test_smtps_is_tls_from_the_first_byte(certificate: tuple[Path, Path]) -> Non
         controller.stop()
     assert result.outcome is Attempted.DELIVERED
     [mail] = mailbox.mails()
-    assert mail["Subject"] == headline(escalated())
+    assert mail["Subject"] == subject_of(escalated())

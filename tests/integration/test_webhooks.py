@@ -18,6 +18,7 @@ import orjson
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from devs.adapters.notifier import Sender, Sweeper, notify_settings
 from devs.adapters.webhooks import (
     DEFAULT_BACKOFF,
     JITTER,
@@ -29,11 +30,28 @@ from devs.adapters.webhooks import (
 )
 from devs.domain import InvalidInput, RecoveryService
 from devs.domain.outbox import OutboxMessage, message_of
+from devs.domain.output import error_line
+from devs.domain.policy import Policy
 from devs.domain.task import RESOLUTION_TRIGGERS, Task
-from tests.helpers import OUTBOX_STORY, outbox_story
+from tests.helpers import outbox_story
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 OLD_SECRET = "whsec_" + base64.b64encode(b"fedcba9876543210fedcba9876543210").decode()
+
+
+STORY = (
+    "session.opened",
+    "session.answered",
+    "session.opened",
+    "session.answered",
+    "handoff.opened",
+    "handoff.claimed",
+    "handoff.resolved",
+    "task.skipped",
+    "task.completed",
+)
+"""The message types :func:`tests.helpers.outbox_story` makes, in order (a
+skip of a running task is said too, as ``task.skipped``)."""
 
 
 def messages(service: RecoveryService) -> list[OutboxMessage]:
@@ -51,7 +69,7 @@ def test_each_stop_answer_and_end_is_one_message_with_a_stable_id(
 ) -> None:
     outbox_story(service)
     found = messages(service)
-    assert [m.type.value for m in found] == list(OUTBOX_STORY)
+    assert [m.type.value for m in found] == list(STORY)
     opened = found[0].data
     assert opened["task_id"] == "t1"
     assert opened["state"] == "ESCALATION"
@@ -61,7 +79,9 @@ def test_each_stop_answer_and_end_is_one_message_with_a_stable_id(
     assert found[1].data["actor"] == "ann"
     assert found[1].data["state"] == "RUNNING"
     assert found[6].data["resolution"] == "complete"
-    assert found[7].data["state"] == "COMPLETED"
+    assert found[7].data["state"] == "SKIPPED"
+    assert found[7].data["actor"] == "ann"
+    assert found[8].data["state"] == "COMPLETED"
     # The ids: one per event, the same at every reading of the log.
     assert len({m.id for m in found}) == len(found)
     assert [m.id for m in messages(service)] == [m.id for m in found]
@@ -244,7 +264,8 @@ def test_the_state_a_message_names_is_the_same_from_every_state_its_event_follow
 ):
     """``message_of`` names the state after an event without folding the
     task: the chart must give one destination from every source, or (a
-    reminder) leave every source as it is, the event recording which."""
+    reminder, a claim, its release or take-over) leave every source as it
+    is, the event recording which."""
     from devs.domain.chart import Trigger, destination
     from devs.domain.outbox import MESSAGING_EVENTS, sources
 
@@ -259,10 +280,124 @@ def test_the_state_a_message_names_is_the_same_from_every_state_its_event_follow
             froms = sources(trigger)
             assert froms, (cls, trigger)
             after = {destination(trigger, source) for source in froms}
-            if cls is Task.DeadlineReminded:
+            if cls in WAITING_EVENTS:
                 assert after == set(froms), (cls, trigger, after)
                 assert "waiting_in" in cls.model_fields
             else:
                 assert len(after) == 1, (cls, trigger, after)
             checked += 1
     assert checked == len(MESSAGING_EVENTS) + len(RESOLUTION_TRIGGERS) - 1
+
+
+WAITING_EVENTS = (
+    Task.DeadlineReminded,
+    Task.HandoffClaimed,
+    Task.ClaimReleased,
+    Task.ClaimTakenOver,
+)
+"""The events that leave the task waiting where it waits."""
+
+
+# ------------------------------------------------- payloads, end to end
+
+HOSTILE_OUTPUT = (
+    "\x1b[1m============ FAILURES ============\x1b[0m\n"
+    "\x1b[31mE   \u202eAssertionError: " + "<!channel> *x* `y` & " * 250 + "\x1b[0m\n"
+    "\x1b[31mFAILED\x1b[0m tests/test_login.py::test_login - AssertionError\n"
+    "1 failed in 0.12s\n"
+)
+"""A test run's output at its worst: ANSI colours, a 5,000-character ``E``
+line, a right-to-left override."""
+
+
+def hostile_story(service: RecoveryService) -> None:
+    """An escalation, a blacklist pause, an entropy pause that expires, a
+    pause of a task that never failed that expires, the escalation expiring
+    (a hand-off after the deadline), and a hand-off by the ladder, each
+    after the same hostile output."""
+    service.policy = Policy(human_deadline=0.5)
+    service.start_task("esc", agent="coder")
+    for i in range(3):
+        service.record_gate(
+            "esc", 1, gate="pytest", strategy=f"s{i}", output=HOSTILE_OUTPUT
+        )
+    service.start_task("blk", agent="coder")
+    service.record_gate(
+        "blk", 1, gate="pytest", strategy="regex", output=HOSTILE_OUTPUT
+    )
+    service.log_lesson("blk", "regex", "the tokenizer cannot nest")
+    service.begin_attempt("blk", "regex")
+    service.start_task("ent", agent="coder")
+    service.record_gate("ent", 1, gate="pytest", strategy="a", output=HOSTILE_OUTPUT)
+    service.report_entropy("ent", 0.99)
+    service.start_task("calm", agent="coder")
+    service.report_entropy("calm", 0.99)
+    time.sleep(0.6)
+    expired, _ = Sweeper(service, None).sweep()
+    assert sorted(expired) == ["blk", "calm", "ent", "esc"]
+    service.policy = Policy()
+    service.start_task("off", agent="coder")
+    for i in range(5):
+        decision = service.record_gate(
+            "off", 1, gate="pytest", strategy=f"o{i}", output=HOSTILE_OUTPUT
+        )
+        if decision.outcome.value == "escalate":
+            service.resume("off", actor="ann", reason="once more")
+
+
+def test_webhook_payloads_carry_the_one_error_line_end_to_end(
+    service: RecoveryService, receiver: str
+) -> None:
+    settings = notify_settings(
+        {
+            "DEVS_WEBHOOK_URLS": receiver,
+            "DEVS_WEBHOOK_SECRET": SECRET,
+            "DEVS_WEBHOOK_BACKOFF": "0.05",
+        }
+    )
+    sender = Sender(service, settings)
+    sender.open()
+    hostile_story(service)
+    line = error_line(HOSTILE_OUTPUT)
+    assert line.startswith("E \u202eAssertionError: <!channel> *x* `y` &")
+    assert len(line) == 300
+    wanted = len(service.outbox_messages(limit=1000))
+    deadline = time.monotonic() + 15
+    while len(Receiver.received) < wanted:
+        assert time.monotonic() < deadline
+        if not sender.step():
+            sender.wait(0.02)
+    sender.drain(5)
+    sender.close()
+    got: dict[tuple[str, str], dict[str, Any]] = {}
+    for headers, body in Receiver.received:
+        payload = Webhook(SECRET).verify(body, headers)
+        got[(payload["data"]["task_id"], payload["type"])] = payload["data"]
+    # The escalation, its expiry (a hand-off after the deadline), the
+    # entropy pause's expiry and the ladder's hand-off: the same one line.
+    for key in (
+        ("esc", "session.opened"),
+        ("esc", "deadline.expired"),
+        ("ent", "session.opened"),
+        ("ent", "deadline.expired"),
+        ("off", "handoff.opened"),
+    ):
+        assert got[key]["last_error"] == line, key
+        assert got[key]["gate"] == "pytest", key
+        assert got[key]["exit_code"] == 1, key
+    assert got[("esc", "session.opened")]["strategies_tried"] == ["s0", "s1", "s2"]
+    assert got[("esc", "session.opened")]["agent"] == "coder"
+    # The blacklist pause names the strategy it blocked and the count; its
+    # last error is the block's own line.
+    blocked = got[("blk", "session.opened")]
+    assert blocked["reason"] == "blacklisted_strategy"
+    assert blocked["blocked_strategy"] == "regex"
+    assert blocked["failure_count"] == 2
+    assert "\n" not in blocked["last_error"]
+    assert len(blocked["last_error"]) <= 300
+    # A task that never failed: its pause's expiry has no last_error at all.
+    assert "last_error" not in got[("calm", "deadline.expired")]
+    assert "last_error" not in got[("calm", "session.opened")]
+    for data in got.values():
+        assert "\x1b" not in orjson.dumps(data).decode()
+        assert len(data.get("last_error", "")) <= 300
