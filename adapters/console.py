@@ -51,12 +51,16 @@ from devs.domain import (
     NotFound,
     PendingSession,
     RecoveryService,
+    RunState,
     StoreError,
     TaskSummary,
 )
+from devs.domain.errors import Claimed, StaleAnswer
 from devs.domain.names import HUMAN_DEADLINE, Resolution, SessionReason
 from devs.domain.operators import TOKEN_SHAPE
+from devs.domain.output import shown as bidi_shown
 from devs.domain.redaction import excerpt
+from devs.domain.task import FailureRecord
 from devs.domain.values import DELIVERY_STATES
 
 PREFIX = "/console"
@@ -101,13 +105,28 @@ templates = Environment(
     lstrip_blocks=True,
 )
 templates.filters["segment"] = lambda value: quote(str(value), safe="")
-templates.filters["shown"] = lambda value: excerpt(str(value), TEXT_SHOWN)
+templates.filters["shown"] = lambda value: bidi_shown(excerpt(str(value), TEXT_SHOWN))
+"""Every agent-supplied text a page shows: cut to :data:`TEXT_SHOWN`
+characters, its bidirectional controls written as visible ``<U+202E>``."""
 
 
-def _when(moment: datetime | None) -> str:
+def _utc(moment: datetime | None) -> str:
     if moment is None:
         return "-"
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _when(moment: datetime | None) -> Markup | str:
+    """A time as every page writes it: ``<time datetime="ISO (UTC)"
+    title="… UTC">… UTC</time>``, which console.js rewrites in the
+    reader's local time (the title keeps the UTC time)."""
+    if moment is None:
+        return "-"
+    utc = _utc(moment)
+    iso = moment.astimezone(UTC).isoformat()
+    return Markup('<time class="at" datetime="{}" title="{}">{}</time>').format(
+        iso, utc, utc
+    )
 
 
 def _waited(moment: datetime, now: datetime) -> str:
@@ -131,6 +150,10 @@ def _left(moment: datetime, now: datetime) -> str:
 
 
 templates.filters["when"] = _when
+templates.filters["utc"] = _utc
+templates.filters["ident"] = lambda value: hashlib.sha256(
+    str(value).encode()
+).hexdigest()[:12]
 templates.filters["left"] = lambda moment: _left(moment, datetime.now(UTC))
 templates.filters["iso"] = lambda moment: moment.astimezone(UTC).isoformat()
 # How long an item has waited, at the time the page is drawn (an inbox built
@@ -186,6 +209,14 @@ WHY = {
     SessionReason.MAX_RETRIES: "Escalation",
     SessionReason.BLACKLISTED_STRATEGY: "Blacklist pause",
 }
+KINDS = {
+    "escalation": "Escalation",
+    "entropy": "Entropy pause",
+    "stuck": "Stuck pause",
+    "blacklist": "Blacklist pause",
+    "handoff": "Hand-off",
+}
+"""The inbox's ``why`` filter: each kind of stop, and what the page calls it."""
 
 
 @dataclass
@@ -196,6 +227,8 @@ class Item:
     kind: str  # "session" or "handoff"
     why: str
     since: datetime
+    """When the wait began (a hand-off made by a deadline: when the wait it
+    ended began, so "waiting" does not start again)."""
     task: TaskSummary | None
     failure_count: int
     last_error: str
@@ -205,15 +238,35 @@ class Item:
     entropy: float | None = None
     deadline: datetime | None = None
     """When a session is handed off unless someone answers first."""
+    reason_kind: str = "escalation"
+    """One of :data:`KINDS`."""
+    version: int = 0
+    """The task's version the item was drawn for: its forms answer it."""
+    gate: str | None = None
+    """The last failure's gate, exit code and when."""
+    exit_code: int | None = None
+    strategies: list[str] = field(default_factory=list)
+    """Every strategy its failures name, each once, in the order first tried."""
+
+    @property
+    def agent(self) -> str | None:
+        return self.task.agent if self.task is not None else None
+
+    @property
+    def run_id(self) -> str | None:
+        return self.task.run_id if self.task is not None else None
 
 
-def _why(session: PendingSession, task: TaskSummary | None) -> str:
+def _why(session: PendingSession, task: TaskSummary | None) -> tuple[str, str]:
+    """What the page calls a session's stop, and its :data:`KINDS` key."""
     if session.reason is SessionReason.ENTROPY_LIMIT:
         pending = task.pending_session if task is not None else None
         if pending is not None and pending.entropy_source == "derived":
-            return "Stuck pause"
-        return "Entropy pause"
-    return WHY.get(session.reason, str(session.reason))
+            return "Stuck pause", "stuck"
+        return "Entropy pause", "entropy"
+    if session.reason is SessionReason.BLACKLISTED_STRATEGY:
+        return WHY[session.reason], "blacklist"
+    return WHY.get(session.reason, str(session.reason)), "escalation"
 
 
 def _task_or_none(service: RecoveryService, task_id: str) -> TaskSummary | None:
@@ -229,14 +282,24 @@ def _signals(task: TaskSummary | None) -> list[str]:
     return [signal.text for signal in task.stuck.signals]
 
 
-def _last_error(task: TaskSummary | None) -> str:
-    if task is None:
-        return ""
-    for failure in reversed(task.failure_history):
-        text = failure.error_message or failure.reason
-        if text:
-            return _first_line(text)
-    return ""
+def _failures(
+    task: TaskSummary | None, entry: HandoffEntry | None = None
+) -> tuple[FailureRecord, ...]:
+    if task is not None and task.failure_history:
+        return task.failure_history
+    if entry is not None:
+        return entry.payload.failure_history
+    return ()
+
+
+def _strategies(failures: tuple[FailureRecord, ...]) -> list[str]:
+    """Every strategy the failures name, each once, first tried first (a
+    hook-recorded task has no lesson for them: its failures name them)."""
+    seen: dict[str, None] = {}
+    for failure in failures:
+        if failure.strategy:
+            seen.setdefault(failure.strategy, None)
+    return list(seen)
 
 
 def _lessons(service: RecoveryService, task_id: str) -> list[str]:
@@ -247,18 +310,38 @@ def _lessons(service: RecoveryService, task_id: str) -> list[str]:
     return [f"{lesson.failed_strategy}: {lesson.rca_summary}" for lesson in lessons]
 
 
-def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return excerpt(line.strip(), 300)
-    return ""
+def _wait_began(
+    service: RecoveryService, entry: HandoffEntry, task: TaskSummary | None
+) -> datetime:
+    """When a hand-off's wait began: its enqueueing, or for one a deadline
+    made, when the session it ended opened (its deadline less the policy's
+    ``human_deadline``), so "waiting" goes on counting."""
+    began = entry.payload.enqueued_at
+    if entry.payload.reason != HUMAN_DEADLINE or task is None:
+        return began
+    allowed = task.policy.human_deadline
+    if allowed is None:
+        return began
+    with contextlib.suppress(DevsError):
+        recent = service.history(task.task_id, after=max(0, task.version - 20))
+        for event in reversed(recent):
+            deadline = event.changes.get("deadline_at")
+            if event.event.endswith("DeadlineExpired") and isinstance(deadline, str):
+                moment = datetime.fromisoformat(deadline)
+                return moment - timedelta(seconds=allowed)
+    return began
+
+
+INBOX_SCAN = 2_000
+"""Waits the inbox reads in all (oldest first) before it filters them."""
 
 
 def inbox_items(
     service: RecoveryService, only: str | None = None
 ) -> tuple[list[Item], int]:
     """Every pending session and open hand-off (or only task ``only``'s),
-    oldest first (at most :data:`INBOX_MAX`), and how many there are in all."""
+    oldest first (at most :data:`INBOX_SCAN`), and how many there are in
+    all."""
     sessions: list[PendingSession] = service.pending_sessions()
     handoffs: list[HandoffEntry] = service.handoff_queue()
     if only is not None:
@@ -268,23 +351,32 @@ def inbox_items(
     waiting += [(h.payload.enqueued_at, h) for h in handoffs]
     waiting.sort(key=lambda pair: pair[0])
     items = []
-    for since, entry in waiting[:INBOX_MAX]:
+    for since, entry in waiting[:INBOX_SCAN]:
         session = isinstance(entry, PendingSession)
         task_id = entry.task_id if session else entry.payload.task_id
         task = _task_or_none(service, task_id)
+        failures = _failures(task, None if session else entry)
+        last = failures[-1] if failures else None
         common = {
             "task_id": task_id,
-            "since": since,
             "task": task,
             "signals": _signals(task),
             "lessons": _lessons(service, task_id),
+            "version": task.version if task is not None else 0,
+            "gate": last.gate if last is not None else None,
+            "exit_code": last.exit_code if last is not None else None,
+            "strategies": _strategies(failures),
+            "claimed_by": entry.claimed_by,
         }
         if session:
+            why, kind = _why(entry, task)
             item = Item(
                 kind="session",
-                why=_why(entry, task),
+                why=why,
+                reason_kind=kind,
+                since=since,
                 failure_count=entry.failure_count,
-                last_error=_last_error(task),
+                last_error=last.last_error if last is not None else "",
                 entropy=entry.entropy_score,
                 deadline=entry.deadline_at,
                 **common,
@@ -297,14 +389,214 @@ def inbox_items(
                     if entry.payload.reason == HUMAN_DEADLINE
                     else "Hand-off"
                 ),
+                reason_kind="handoff",
+                since=_wait_began(service, entry, task),
                 failure_count=entry.payload.failure_count,
-                last_error=_first_line(entry.payload.last_error_excerpt)
-                or _last_error(task),
-                claimed_by=entry.claimed_by,
+                last_error=entry.payload.last_error
+                or (last.last_error if last is not None else ""),
                 **common,
             )
         items.append(item)
     return items, len(waiting)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The inbox's filters and order, from its query parameters (a GET
+    form: they work without a script)."""
+
+    view: str = "cards"
+    """``cards`` or ``list`` (one row per stop)."""
+    why: str = ""
+    """A :data:`KINDS` key, or every kind."""
+    agent: str = ""
+    run: str = ""
+    claimed: str = ""
+    """``claimed``, ``unclaimed``, ``mine``, or any."""
+    q: str = ""
+    """Part of a task id."""
+    sort: str = "waited"
+    """``waited`` (longest wait first) or ``deadline`` (soonest first)."""
+
+    @classmethod
+    def of(cls, query: Any) -> Filters:
+        def pick(name: str, allowed: tuple[str, ...], default: str = "") -> str:
+            value = str(query.get(name) or "")
+            return value if value in allowed else default
+
+        return cls(
+            view=pick("view", ("cards", "list"), "cards"),
+            why=pick("why", tuple(KINDS)),
+            agent=str(query.get("agent") or "")[:200],
+            run=str(query.get("run") or "")[:200],
+            claimed=pick("claimed", ("claimed", "unclaimed", "mine")),
+            q=str(query.get("q") or "").strip()[:200],
+            sort=pick("sort", ("waited", "deadline"), "waited"),
+        )
+
+    def query(self, **changed: str) -> str:
+        """These filters as a query string (``changed`` replacing some)."""
+        values = {
+            "view": self.view,
+            "why": self.why,
+            "agent": self.agent,
+            "run": self.run,
+            "claimed": self.claimed,
+            "q": self.q,
+            "sort": self.sort,
+            **changed,
+        }
+        defaults = {"view": "cards", "sort": "waited"}
+        kept = {k: v for k, v in values.items() if v and v != defaults.get(k)}
+        return "&".join(f"{k}={quote(v, safe='')}" for k, v in kept.items())
+
+    @property
+    def active(self) -> bool:
+        return bool(self.why or self.agent or self.run or self.claimed or self.q)
+
+
+def chosen(items: list[Item], filters: Filters, operator: str) -> list[Item]:
+    """The items ``filters`` keep, in their order."""
+    kept = []
+    needle = filters.q.casefold()
+    for item in items:
+        if filters.why and item.reason_kind != filters.why:
+            continue
+        if filters.agent and item.agent != filters.agent:
+            continue
+        if filters.run and item.run_id != filters.run:
+            continue
+        if filters.claimed == "claimed" and not item.claimed_by:
+            continue
+        if filters.claimed == "unclaimed" and item.claimed_by:
+            continue
+        if filters.claimed == "mine" and item.claimed_by != operator:
+            continue
+        if needle and needle not in item.task_id.casefold():
+            continue
+        kept.append(item)
+    if filters.sort == "deadline":
+        far = datetime.max.replace(tzinfo=UTC)
+        kept.sort(key=lambda item: (item.deadline or far, item.since))
+    return kept
+
+
+# ----------------------------------------------------------------- answers
+
+
+ACTIONS = ("resume", "rewind", "skip", "resolve", "claim", "release", "take_over")
+"""Every answer a console form sends (``POST /console/actions/ACTION``)."""
+NEEDS_REASON = {
+    "rewind": "rewind it",
+    "skip": "skip it",
+    "resolve": "resolve it",
+    "take_over": "take it over",
+}
+"""The answers refused without a reason (it goes in the task's history)."""
+CONFIRMED = ("rewind", "skip", "resolve")
+"""The answers that end a task or move its run: each asks to confirm first."""
+DONE = {
+    "resume": "You resumed {task}: its agent goes on.",
+    "rewind": "You rewound {task}: its agent starts again from the commit.",
+    "skip": "You skipped {task}: its run moves on without it.",
+    "claim": "You claimed {task}: until you release it, others' answers are refused.",
+    "release": "You released {task}: anyone may answer it now.",
+    "take_over": "You took {task} over: it is yours to answer.",
+    "resolve": "You resolved {task}: {resolution}.",
+}
+RESOLUTION_WORDS = {
+    "complete": "completed by hand",
+    "skip": "skipped, its run moves on",
+    "return": "returned to its agent",
+}
+
+
+def _done_message(query: Any) -> str | None:
+    """The sentence a page says after an answer (``?done=ACTION&task=ID``):
+    written here, never taken from the address."""
+    action = str(query.get("done") or "")
+    if action not in DONE:
+        return None
+    task = excerpt(str(query.get("task") or "the task"), 200)
+    resolution = RESOLUTION_WORDS.get(str(query.get("resolution") or ""), "done")
+    return bidi_shown(DONE[action].format(task=task, resolution=resolution))
+
+
+def _consequence(action: str, fields: dict[str, str], task: TaskSummary | None) -> str:
+    """What an answer that asks to confirm will do, in a sentence."""
+    if action == "skip":
+        return (
+            "The task ends as SKIPPED and its run moves on to the nodes after "
+            "it. This cannot be undone."
+        )
+    if action == "rewind":
+        commit = fields.get("to_commit", "").strip() or (
+            (task.starting_commit if task is not None else None)
+            or "its starting commit"
+        )
+        return (
+            f"The task goes back to work from commit {commit}: its agent starts "
+            "again from there."
+        )
+    resolution = fields.get("resolution", "")
+    if resolution == "complete":
+        return "The task ends as COMPLETED (done by hand) and its run moves on."
+    if resolution == "skip":
+        return "The task ends as SKIPPED and its run moves on without it."
+    agent = (task.agent if task is not None else None) or "its agent"
+    failures = task.consecutive_failures if task is not None else 0
+    return (
+        f"The task goes back to {agent}, which failed it {failures} times in a "
+        "row: it runs again."
+    )
+
+
+def _stale_message(service: RecoveryService, error: StaleAnswer, task_id: str) -> str:
+    """Who moved the task on since the page was drawn, and its state now."""
+    state = "changed"
+    actor = None
+    with contextlib.suppress(DevsError):
+        state = str(service.task(task_id).state)
+        entries = service.history(task_id, after=error.answered or 0, limit=100)
+        for entry in reversed(entries):
+            who = entry.changes.get("actor")
+            if isinstance(who, str) and who:
+                actor = who
+                break
+    if actor is not None:
+        return f"{actor} answered first: the task is now {state}. Nothing was done."
+    return (
+        f"The task moved on since this page was drawn: it is now {state}. "
+        "Nothing was done."
+    )
+
+
+def _claimed_message(holder: str | None) -> str:
+    return (
+        f"{holder or 'Someone else'} is on it (claimed): take it over to answer "
+        "it (your reason is kept below). Nothing was done."
+    )
+
+
+def _back(fields: dict[str, str]) -> str | None:
+    back = fields.get("back", "")
+    if (
+        back.startswith(PREFIX + "/")
+        and "//" not in back
+        and "\\" not in back
+        and back.isprintable()
+        and len(back) <= 1_000
+    ):
+        return back
+    return None
+
+
+def _with_done(target: str, action: str, task_id: str, fields: dict[str, str]) -> str:
+    said = f"done={action}&task={quote(task_id, safe='')}"
+    if action == "resolve":
+        said += f"&resolution={quote(fields.get('resolution', ''), safe='')}"
+    target = target.split("#", 1)[0]
+    return f"{target}{'&' if '?' in target else '?'}{said}"
 
 
 # ------------------------------------------------------------------- pages
@@ -576,22 +868,48 @@ def mount(
     async def bare() -> Response:
         return RedirectResponse(f"{PREFIX}/", 307, headers=HEADERS)
 
+    def inbox_view(
+        request: Request, operator: str
+    ) -> Callable[[], tuple[int, list[Item], int, Filters, list[Item]]]:
+        filters = Filters.of(request.query_params)
+        service = service_of()
+
+        def read() -> tuple[int, list[Item], int, Filters, list[Item]]:
+            position, every, _ = inbox_at(service)
+            kept = chosen(every, filters, operator)
+            return position, kept[:INBOX_MAX], len(kept), filters, every
+
+        return read
+
+    def inbox_context(
+        operator: str, items: list[Item], total: int, filters: Filters
+    ) -> dict[str, Any]:
+        return {
+            "operator": operator,
+            "items": items,
+            "total": total,
+            "filters": filters,
+            "back": f"{PREFIX}/" + (f"?{filters.query()}" if filters.query() else ""),
+        }
+
     @router.get("/")
     async def inbox(request: Request) -> Response:
         operator = await operator_of(request)
         if operator is None:
             return _to_login(request)
-        service = service_of()
-        position, items, total = await in_thread(lambda: inbox_at(service))
+        position, items, total, filters, every = await in_thread(
+            inbox_view(request, operator)
+        )
         return _page(
             request,
             "inbox.html",
-            title="Inbox",
-            operator=operator,
-            items=items,
-            total=total,
+            title=f"({total}) Inbox",
             position=position,
-            done=request.query_params.get("done"),
+            done=_done_message(request.query_params),
+            kinds=KINDS,
+            agents=sorted({i.agent for i in every if i.agent}),
+            runs=sorted({i.run_id for i in every if i.run_id}),
+            **inbox_context(operator, items, total, filters),
         )
 
     @router.get("/inbox")
@@ -601,22 +919,21 @@ def mount(
             return Response("sign in", 401, headers=HEADERS)
         service = service_of()
         after = _position(request.query_params.get("after"))
+        view = inbox_view(request, operator)
 
-        def read() -> tuple[int, list[Item], int]:
+        def read() -> tuple[int, list[Item], int, Filters, list[Item]]:
             if after is not None:
                 # At most 2 s; then what the read models hold now.
                 with contextlib.suppress(DevsError):
                     service.wait_for(after, timeout=2.0)
-            return inbox_at(service)
+            return view()
 
-        _, items, total = await in_thread(read)
-        html = templates.get_template("inbox_items.html").render(
-            base=PREFIX,
-            resolutions=[r.value for r in Resolution],
-            items=items,
-            total=total,
+        _, items, total, filters, _ = await in_thread(read)
+        template = "inbox_rows.html" if filters.view == "list" else "inbox_items.html"
+        html = templates.get_template(template).render(
+            base=PREFIX, **inbox_context(operator, items, total, filters)
         )
-        return HTMLResponse(html, headers=HEADERS)
+        return HTMLResponse(html, headers={**HEADERS, "X-Inbox-Total": str(total)})
 
     @router.get("/live")
     async def live(request: Request) -> Response:
@@ -655,7 +972,14 @@ def mount(
             }
 
         context = await in_thread(read)  # an unknown task: ConsoleRoute's 404
-        return _page(request, "task.html", title=task_id, operator=operator, **context)
+        return _page(
+            request,
+            "task.html",
+            title=task_id,
+            operator=operator,
+            done=_done_message(request.query_params),
+            **context,
+        )
 
     @router.get("/runs")
     async def runs_page(request: Request) -> Response:
@@ -664,12 +988,13 @@ def mount(
             return _to_login(request)
         service = service_of()
         run_ids, more = await in_thread(lambda: _run_ids(service))
+        runs = await in_thread(lambda: _runs(service, run_ids))
         return _page(
             request,
             "runs.html",
             title="Runs",
             operator=operator,
-            run_ids=run_ids,
+            runs=runs,
             more=more,
             scanned=RUNS_SCANNED,
         )
@@ -777,6 +1102,20 @@ def mount(
         fields = await read_form(request)
         service = service_of()
         message_id = fields.get("message_id", "")
+        if fields.get("confirmed") != "1":
+            report = await in_thread(lambda: service.webhooks(limit=500))
+            deliveries = [d for d in report.deliveries if d.message_id == message_id]
+            return _page(
+                request,
+                "redeliver.html",
+                title="Confirm: redeliver",
+                operator=operator,
+                every=fields.get("failed") == "1",
+                message_id=message_id,
+                deliveries=deliveries,
+                shown_of={c.channel: c.shown for c in report.channels},
+                dead_count=sum(channel.dead for channel in report.channels),
+            )
         try:
             if fields.get("failed") == "1":
                 done = await in_thread(service.redeliver_failed)
@@ -788,6 +1127,35 @@ def mount(
         said = quote(f"{done.count} deliveries due again", safe="")
         return RedirectResponse(f"{PREFIX}/outbox?done={said}", 303, headers=HEADERS)
 
+    def answer_page(
+        request: Request,
+        operator: str,
+        action: str,
+        fields: dict[str, str],
+        status: int,
+        message: str,
+        service: RecoveryService,
+    ) -> HTMLResponse:
+        """A refused answer: the message, and the task's answer form again as
+        the task is now (its version), with what was typed kept."""
+        task_id = fields.get("task_id", "")
+        task = _task_or_none(service, task_id) if task_id else None
+        item = _item_of(service, task) if task is not None else None
+        return _page(
+            request,
+            "answer.html",
+            status,
+            title=f"Not done: {task_id}",
+            operator=operator,
+            task_id=task_id,
+            task=task,
+            item=item,
+            message=message,
+            action=action,
+            typed=fields,
+            back=_back(fields) or f"{PREFIX}/",
+        )
+
     @router.post("/actions/{action}")
     async def act(request: Request, action: str) -> Response:
         if not _same_origin(request):
@@ -796,40 +1164,116 @@ def mount(
         if operator is None:
             return _to_login(request)
         fields = await read_form(request)
+        if action not in ACTIONS:
+            message = f"there is no action {excerpt(action, 40)!r}"
+            return _refusal(404, message, operator=operator)
         task_id = fields.get("task_id", "")
-        reason = fields.get("reason", "").strip() or "(no reason given)"
+        # A textarea sends its lines with CRLF: recorded with LF.
+        reason = fields.get("reason", "").replace("\r\n", "\n").strip()
+        written = fields.get("version", "")
         service = service_of()
+
+        def again(status: int, message: str) -> Awaitable[HTMLResponse]:
+            return in_thread(
+                lambda: answer_page(
+                    request, operator, action, fields, status, message, service
+                )
+            )
+
+        task = await in_thread(lambda: service.task(task_id))  # unknown: 404 page
+        if not written.isdigit() or len(written) > 18:
+            return await again(
+                422,
+                "This form did not say which version of the task it answers: "
+                "here it is as it is now. Nothing was done.",
+            )
+        version = int(written)
+        holder = task.claimed_by
+        if holder and holder != operator and action != "take_over":
+            return await again(409, _claimed_message(holder))
+        if version != task.version:  # before asking anything more
+            stale = StaleAnswer(
+                "stale", task_id=task_id, version=task.version, answered=version
+            )
+            message = await in_thread(lambda: _stale_message(service, stale, task_id))
+            return await again(412, message)
+        if action in NEEDS_REASON and not reason:
+            return await again(
+                422, f"Write why you {NEEDS_REASON[action]}: the reason is recorded."
+            )
+        resolution = fields.get("resolution", "")
+        if action == "resolve" and resolution not in RESOLUTION_WORDS:
+            return await again(
+                422,
+                "Choose how to resolve it: complete it, skip it, or return it "
+                "to its agent.",
+            )
+        if action in CONFIRMED and fields.get("confirmed") != "1":
+            return _page(
+                request,
+                "confirm.html",
+                title=f"Confirm: {action} {task_id}",
+                operator=operator,
+                action=action,
+                task=task,
+                typed=fields,
+                consequence=_consequence(action, fields, task),
+                resolution_words=RESOLUTION_WORDS,
+                back=_back(fields) or f"{PREFIX}/",
+            )
+        said = reason or "(no reason given)"
         calls: dict[str, Callable[[], Any]] = {
-            "resume": lambda: service.resume(task_id, actor=operator, reason=reason),
+            "resume": lambda: service.resume(
+                task_id, actor=operator, reason=said, if_version=version
+            ),
             "rewind": lambda: service.rewind(
                 task_id,
                 actor=operator,
-                reason=reason,
+                reason=said,
                 to_commit=fields.get("to_commit", "").strip() or None,
+                if_version=version,
             ),
-            "skip": lambda: service.skip(task_id, actor=operator, reason=reason),
-            "claim": lambda: service.claim_handoff(task_id, actor=operator),
+            "skip": lambda: service.skip(
+                task_id, actor=operator, reason=said, if_version=version
+            ),
+            "claim": lambda: service.claim(task_id, actor=operator, if_version=version),
+            "release": lambda: service.release(
+                task_id, actor=operator, if_version=version
+            ),
+            "take_over": lambda: service.take_over(
+                task_id, actor=operator, reason=said, if_version=version
+            ),
             "resolve": lambda: service.resolve_handoff(
                 task_id,
                 actor=operator,
-                resolution=fields.get("resolution", ""),  # type: ignore[arg-type]
-                reason=reason,
+                resolution=resolution,  # type: ignore[arg-type]
+                reason=said,
+                if_version=version,
             ),
         }
-        call = calls.get(action)
-        if call is None:
-            message = f"there is no action {excerpt(action, 40)!r}"
-            return _refusal(404, message, operator=operator)
         try:
-            await writer.run(call)
+            await writer.run(calls[action])
+        except Claimed as error:
+            return await again(409, _claimed_message(error.claimed_by))
+        except StaleAnswer as error:
+            stale = error
+            message = await in_thread(lambda: _stale_message(service, stale, task_id))
+            return await again(412, message)
         except DevsError as error:
-            message = f"{action} {task_id}: {error}"
-            return _refusal(_status_of(error), message, operator=operator)
-        back = fields.get("back", "")
-        target = back if back.startswith(PREFIX + "/") and "//" not in back else None
-        done = quote(f"{action}:{task_id}", safe="")
+            return await again(_status_of(error), f"Not done: {error}")
+        target = _back(fields) or f"{PREFIX}/"
         return RedirectResponse(
-            target or f"{PREFIX}/?done={done}", 303, headers=HEADERS
+            _with_done(target, action, task_id, fields), 303, headers=HEADERS
+        )
+
+    @router.api_route("/{rest:path}", methods=["GET", "POST"])
+    async def unknown(request: Request, rest: str) -> Response:
+        """Any other address under the console: a 404 page, not JSON."""
+        operator = await operator_of(request)
+        return _refusal(
+            404,
+            "There is no such page in the console.",
+            operator=operator,
         )
 
     app.include_router(router)
@@ -856,6 +1300,43 @@ def _run_ids(service: RecoveryService) -> tuple[list[str], bool]:
         service.tasks(after=entries[-1].task_id, limit=1)
     )
     return sorted(seen), more
+
+
+@dataclass
+class RunLine:
+    """One run on the runs page: its state and how far its nodes are."""
+
+    run: RunState
+    nodes: int
+    completed: int
+    skipped: int
+    started: int
+    waiting: int
+    """Nodes stopped for a person (paused)."""
+
+
+def _runs(service: RecoveryService, run_ids: list[str]) -> list[RunLine]:
+    lines = []
+    for run_id in run_ids[:RUNS_SHOWN]:
+        try:
+            run = service.run_state(run_id)
+        except NotFound:
+            continue
+        lines.append(
+            RunLine(
+                run=run,
+                nodes=len(run.order),
+                completed=len(run.completed),
+                skipped=len(run.skipped),
+                started=len(run.started),
+                waiting=len(run.paused_by),
+            )
+        )
+    return lines
+
+
+RUNS_SHOWN = 500
+"""Runs the runs page describes (by id)."""
 
 
 def _position(text: str | None) -> int | None:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -71,8 +72,27 @@ def hand_off(service: RecoveryService, task_id: str) -> None:
     assert decision.outcome is Outcome.HAND_OFF
 
 
+def answer(
+    client: TestClient,
+    service: RecoveryService,
+    action: str,
+    task_id: str,
+    **fields: str,
+) -> Any:
+    """An answer as the console's form sends it: the task's version, and
+    ``confirmed`` for the answers that ask to confirm."""
+    data = {
+        "task_id": task_id,
+        "version": str(service.task(task_id).version),
+        "confirmed": "1",
+        **fields,
+    }
+    return client.post(f"/console/actions/{action}", data=data, headers=SAME)
+
+
 class Forms(HTMLParser):
-    """The forms of a page: action, input names, button texts."""
+    """The forms of a page: action, input names, button texts, and each
+    button's ``formaction`` (``formactions``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -85,7 +105,7 @@ class Forms(HTMLParser):
             self.forms.append(
                 {"action": attributes.get("action") or "", "inputs": [], "buttons": []}
             )
-        elif tag in ("input", "select") and self.forms:
+        elif tag in ("input", "select", "textarea") and self.forms:
             inputs = self.forms[-1]["inputs"]
             assert isinstance(inputs, list)
             inputs.append(attributes.get("name") or "")
@@ -95,6 +115,9 @@ class Forms(HTMLParser):
                 buttons = self.forms[-1]["buttons"]
                 assert isinstance(buttons, list)
                 buttons.append("")
+                actions = self.forms[-1].setdefault("formactions", [])
+                assert isinstance(actions, list)
+                actions.append(attributes.get("formaction") or "")
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "button":
@@ -207,7 +230,7 @@ def test_the_inbox_shows_why_each_task_stopped_oldest_first(
     ]
     assert "Escalation" in first
     assert "3 (escalates at 3, hands off at 5)" in first
-    assert "E   AssertionError: boom 2" in first
+    assert "E AssertionError: boom 2" in first  # the one "last error" line
     second = page[
         page.index('data-task-id="second"') : page.index('data-task-id="third"')
     ]
@@ -218,7 +241,7 @@ def test_the_inbox_shows_why_each_task_stopped_oldest_first(
     assert "regexes cannot parse HTML" in third
 
 
-def test_each_action_is_a_form_with_its_word_and_a_reason_field(
+def test_each_stop_has_one_answer_form_with_one_reason_and_its_version(
     console: tuple[TestClient, RecoveryService],
 ) -> None:
     client, service = console
@@ -227,20 +250,39 @@ def test_each_action_is_a_form_with_its_word_and_a_reason_field(
     sign_in(client, service)
     parser = Forms()
     parser.feed(client.get("/console/").text)
-    by_action = {str(form["action"]).rsplit("/", 1)[-1]: form for form in parser.forms}
-    for action, reason in (
-        ("resume", True),
-        ("rewind", True),
-        ("skip", True),
-        ("claim", False),
-        ("resolve", True),
+    answers = [form for form in parser.forms if "/actions/" in str(form["action"])]
+    assert len(answers) == 2  # one per stop
+    stopped, queued = answers
+    for form, words in (
+        (stopped, ["Resume", "Skip", "Rewind", "Claim"]),
+        (queued, ["Resolve", "Claim"]),
     ):
-        form = by_action[action]
-        assert form["buttons"] == [action.capitalize()], form
-        assert ("reason" in form["inputs"]) is reason, form
-        assert "task_id" in form["inputs"]
-    assert "to_commit" in by_action["rewind"]["inputs"]
-    assert "resolution" in by_action["resolve"]["inputs"]
+        inputs = form["inputs"]
+        assert isinstance(inputs, list)
+        assert inputs.count("reason") == 1, form  # one reason per stop
+        assert "version" in inputs
+        assert "task_id" in inputs
+        buttons = form["buttons"]
+        assert isinstance(buttons, list)
+        # The first button is the disabled, hidden default: Enter sends nothing.
+        assert buttons[0] == "Nothing"
+        assert buttons[1:] == words
+        formactions = form["formactions"]
+        assert isinstance(formactions, list)
+        assert [a.rsplit("/", 1)[-1] for a in formactions[1:]] == [
+            word.lower() for word in words
+        ]
+    assert "to_commit" in stopped["inputs"]
+    assert "resolution" in queued["inputs"]
+    page = client.get("/console/").text
+    assert '<button type="submit" class="guard" disabled hidden' in page
+    for task_id in ("stopped", "queued"):
+        version = service.task(task_id).version
+        block = page[page.index(f'data-task-id="{task_id}"') :]
+        assert f'name="version" value="{version}"' in block.split("</form>")[0]
+    # No resolution is chosen before the person chooses one.
+    assert "checked" not in page.split('data-task-id="queued"')[1]
+    assert "<textarea" in page  # Enter in the reason writes a new line
 
 
 def test_an_answer_is_recorded_with_the_operator_and_leaves_the_inbox(
@@ -249,16 +291,19 @@ def test_an_answer_is_recorded_with_the_operator_and_leaves_the_inbox(
     client, service = console
     escalate(service, "t1")
     sign_in(client, service)
-    answer = client.post(
-        "/console/actions/resume",
-        data={"task_id": "t1", "reason": "the flaky test is fixed", "actor": "mallory"},
-        headers=SAME,
+    answered = answer(
+        client, service, "resume", "t1", reason="the flaky test is fixed", actor="m"
     )
-    assert answer.status_code == 303, answer.text
+    assert answered.status_code == 303, answered.text
+    assert answered.headers["location"] == "/console/?done=resume&task=t1"
     last = service.history("t1")[-1]
     assert last.changes["actor"] == "alice"
     assert last.changes["reason"] == "the flaky test is fixed"
-    assert 'data-task-id="t1"' not in client.get("/console/").text
+    page = client.get(answered.headers["location"]).text
+    assert 'data-task-id="t1"' not in page
+    # Words a person writes, focused by the script after the answer.
+    assert "You resumed t1: its agent goes on." in page
+    assert 'role="status" tabindex="-1" data-focus' in page
 
 
 def test_claim_and_resolve_a_hand_off_from_the_console(
@@ -267,19 +312,20 @@ def test_claim_and_resolve_a_hand_off_from_the_console(
     client, service = console
     hand_off(service, "h1")
     sign_in(client, service, "bob")
-    claimed = client.post(
-        "/console/actions/claim", data={"task_id": "h1"}, headers=SAME
-    )
+    claimed = answer(client, service, "claim", "h1")
     assert claimed.status_code == 303
     assert service.handoff_queue()[0].claimed_by == "bob"
-    assert "bob" in client.get("/console/").text
-    resolved = client.post(
-        "/console/actions/resolve",
-        data={"task_id": "h1", "resolution": "complete", "reason": "done by hand"},
-        headers=SAME,
+    page = client.get("/console/").text
+    assert "You claimed it" in page
+    assert 'formaction="/console/actions/release"' in page
+    resolved = answer(
+        client, service, "resolve", "h1", resolution="complete", reason="by hand"
     )
     assert resolved.status_code == 303
+    assert "resolution=complete" in resolved.headers["location"]
     assert service.task("h1").state == "COMPLETED"
+    said = client.get(resolved.headers["location"]).text
+    assert "You resolved h1: completed by hand." in said
 
 
 def test_a_refused_answer_says_why_and_writes_nothing(
@@ -289,21 +335,16 @@ def test_a_refused_answer_says_why_and_writes_nothing(
     service.start_task("running")
     sign_in(client, service)
     before = event_count(service)
-    answer = client.post(
-        "/console/actions/resume", data={"task_id": "running"}, headers=SAME
-    )
-    assert answer.status_code == 409
-    assert "resume running" in answer.text
+    refused = answer(client, service, "resume", "running", reason="go")
+    assert refused.status_code == 409
+    assert "Not done" in refused.text
     missing = client.post(
-        "/console/actions/resume", data={"task_id": "nothing"}, headers=SAME
-    )
-    assert missing.status_code == 404
-    bad = client.post(
-        "/console/actions/resolve",
-        data={"task_id": "running", "resolution": "maybe"},
+        "/console/actions/resume",
+        data={"task_id": "nothing", "version": "1"},
         headers=SAME,
     )
-    assert bad.status_code == 422
+    assert missing.status_code == 404
+    assert missing.headers["content-type"].startswith("text/html")
     unknown = client.post(
         "/console/actions/delete", data={"task_id": "x"}, headers=SAME
     )
@@ -343,12 +384,13 @@ def test_a_same_origin_referer_is_enough_without_an_origin(
     client, service = console
     escalate(service, "t1")
     sign_in(client, service)
-    answer = client.post(
-        "/console/actions/skip",
-        data={"task_id": "t1"},
+    answered = client.post(
+        "/console/actions/resume",
+        data={"task_id": "t1", "version": str(service.task("t1").version)},
         headers={"Referer": f"{HOST}/console/"},
     )
-    assert answer.status_code == 303
+    assert answered.status_code == 303
+    assert service.task("t1").state == "RUNNING"
 
 
 @pytest.mark.parametrize("hostile", HOSTILE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -81,8 +82,21 @@ def test_redeliver_from_the_console_makes_the_message_due_again(
     client, service = console
     sign_in(client, service)
     message_id = dead_letter(service, "t1")
-    answer = client.post(
+    before = service.webhooks().deliveries
+    # First a confirmation, which names what it re-sends and to whom.
+    asked = client.post(
         "/console/outbox/redeliver", data={"message_id": message_id}, headers=SAME
+    )
+    assert asked.status_code == 200
+    assert f"Redeliver message <code>{message_id}</code>?" in asked.text
+    assert "including those that already received it" in asked.text
+    assert "https://hooks.test/x" in asked.text
+    assert 'name="confirmed" value="1"' in asked.text
+    assert service.webhooks().deliveries == before  # nothing done yet
+    answer = client.post(
+        "/console/outbox/redeliver",
+        data={"message_id": message_id, "confirmed": "1"},
+        headers=SAME,
     )
     assert answer.status_code == 303
     assert answer.headers["location"].startswith("/console/outbox?done=")
@@ -107,17 +121,27 @@ def test_redeliver_every_dead_letter_and_the_refusals(
     assert service.webhooks(state="dead").deliveries != []  # nothing changed
     unknown = client.post(
         "/console/outbox/redeliver",
-        data={"message_id": "msg_" + "0" * 32},
+        data={"message_id": "msg_" + "0" * 32, "confirmed": "1"},
         headers=SAME,
     )
     assert unknown.status_code == 404
     assert "no delivery of message" in unknown.text
     malformed = client.post(
-        "/console/outbox/redeliver", data={"message_id": "<b>"}, headers=SAME
+        "/console/outbox/redeliver",
+        data={"message_id": "<b>", "confirmed": "1"},
+        headers=SAME,
     )
     assert malformed.status_code == 422
     assert "<b>" not in malformed.text
-    every = client.post("/console/outbox/redeliver", data={"failed": "1"}, headers=SAME)
+    asked = client.post("/console/outbox/redeliver", data={"failed": "1"}, headers=SAME)
+    assert asked.status_code == 200
+    assert "Redeliver every dead letter?" in asked.text
+    assert service.webhooks(state="dead").deliveries != []  # not before "yes"
+    every = client.post(
+        "/console/outbox/redeliver",
+        data={"failed": "1", "confirmed": "1"},
+        headers=SAME,
+    )
     assert every.status_code == 303
     assert service.webhooks(state="dead").deliveries == []
 
@@ -147,3 +171,21 @@ def test_each_wait_shows_its_deadline_and_the_time_left(
     assert "59 min left" in page or "1 h 0 min left" in page
     task_page = client.get("/console/tasks/t1").text
     assert "data-deadline=" in task_page
+
+
+def test_each_delivery_says_when_it_was_delivered_or_given_up(
+    console: tuple[TestClient, RecoveryService],
+) -> None:
+    client, service = console
+    sign_in(client, service)
+    message_id = dead_letter(service, "t1")
+    (delivery,) = service.webhooks().deliveries
+    page = client.get("/console/outbox").text
+    row = page[page.index(f'data-message-id="{message_id}"') :].split("</tr>")[0]
+    utc = delivery.updated_at.astimezone(UTC)
+    assert (
+        f'given up <time class="at" datetime="{utc.isoformat()}" '
+        f'title="{utc:%Y-%m-%d %H:%M:%S} UTC">'
+    ) in row
+    # The tables scroll inside the page on a phone, and by keyboard.
+    assert '<div class="table-scroll" role="region" aria-label="Deliveries" ' in page
