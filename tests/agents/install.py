@@ -34,6 +34,10 @@ PINS: dict[str, Pin] = {
 """Each agent (by the name ``devs hook`` uses): its npm package, the version
 the lane was measured with, and the command the package installs."""
 
+TOOLS: dict[str, str] = {"axe-core": "4.10.3"}
+"""npm packages the tests read besides the agents, pinned: axe-core, which
+the console's browser tests run in Chromium (tests/e2e/test_console_operators.py)."""
+
 
 def installed(package: str) -> str | None:
     """The version of ``package`` in the folder, if any."""
@@ -47,10 +51,12 @@ def installed(package: str) -> str | None:
 
 def missing() -> list[str]:
     """The pinned packages the folder lacks, or holds at another version."""
+    wanted = [(pin.package, pin.version) for pin in PINS.values()]
+    wanted += list(TOOLS.items())
     return [
-        f"{pin.package}@{pin.version}"
-        for pin in PINS.values()
-        if installed(pin.package) != pin.version
+        f"{package}@{version}"
+        for package, version in wanted
+        if installed(package) != version
     ]
 
 
@@ -62,7 +68,8 @@ def binary(agent: str) -> Path | None:
 
 
 def _pinned() -> list[str]:
-    return [f"{pin.package}@{pin.version}" for pin in PINS.values()]
+    pinned = [f"{pin.package}@{pin.version}" for pin in PINS.values()]
+    return pinned + [f"{package}@{version}" for package, version in TOOLS.items()]
 
 
 def main() -> int:
