@@ -564,7 +564,8 @@ def _stale_message(service: RecoveryService, error: StaleAnswer, task_id: str) -
                 actor = who
                 break
     if actor is not None:
-        return f"{actor} answered first: the task is now {state}. Nothing was done."
+        said = bidi_shown(actor)
+        return f"{said} answered first: the task is now {state}. Nothing was done."
     return (
         f"The task moved on since this page was drawn: it is now {state}. "
         "Nothing was done."
@@ -573,7 +574,8 @@ def _stale_message(service: RecoveryService, error: StaleAnswer, task_id: str) -
 
 def _claimed_message(holder: str | None) -> str:
     return (
-        f"{holder or 'Someone else'} is on it (claimed): take it over to answer "
+        f"{bidi_shown(holder or 'Someone else')} is on it (claimed): take it over "
+        "to answer "
         "it (your reason is kept below). Nothing was done."
     )
 

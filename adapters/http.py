@@ -250,6 +250,14 @@ class StartTaskBody(Body):
     run_id: str | None = None
     agent: str | None = None
     last_commit: str | None = None
+    links: dict[str, str] | None = Field(
+        default=None,
+        description=(
+            "what the agent's side knows of the task, by name (at most 8): "
+            "`transcript` (its session's transcript path), `branch`, `pr` (a "
+            "pull request's URL)"
+        ),
+    )
 
     _task_id = field_validator("task_id")(_addressable)
 
@@ -1351,6 +1359,7 @@ async def start_task(
             run_id=body.run_id,
             agent=body.agent,
             last_commit=body.last_commit,
+            links=body.links,
         ),
     )
 
@@ -1563,10 +1572,11 @@ def blacklist(
 
 
 def _answer_path(task_id: str, action: str, version: int | None) -> str:
-    """The request an ``Idempotency-Key`` names: the path, and the version
-    the answer is for."""
-    path = f"/tasks/{task_id}/{action}"
-    return path if version is None else f"{path}\nIf-Match {version}"
+    """The request an ``Idempotency-Key`` names: the path (with the body).
+    Not the ``If-Match``: a retry of an answer that was recorded answers as
+    the first time, though the task has moved on since (by that answer)."""
+    del version
+    return f"/tasks/{task_id}/{action}"
 
 
 @humans.post("/tasks/{task_id}/resume", response_model=ActionResult)

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict, TypeVar, cast
 
 import orjson
+from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD
 from langgraph.config import get_config
 from langgraph.func import task
 from langgraph.types import interrupt
@@ -77,6 +78,7 @@ from devs.domain.names import (
 from devs.domain.service import RecoveryApi
 from devs.domain.signals import STOP_REASONS
 from devs.domain.task import HUMAN_EVENTS
+from devs.domain.values import VERSION_MAX
 
 T = TypeVar("T")
 Route = Literal["proceed", "retry", "advance", "end"]
@@ -479,23 +481,25 @@ class Referee:
                     "detail": str(refused),
                     "field": getattr(refused, "field", None),
                 }
+            # LangGraph runs the node again from its start on each resume, and
+            # each interrupt() before the newest gives back the answer it got
+            # then. One of those was recorded (its receipt answers again) or
+            # refused: refused then, it must stay refused whatever the task
+            # is now (a claim since released would otherwise let it in).
+            replayed = steps.asked < _resumes()
+            steps.asked += 1
             raw = interrupt(payload)
             try:
                 answer = _human(raw)
-                allowed = payload["answers"]
-                claimer = summary.claimed_by
-                if answer.action == "claim" and claimer == answer.actor:
-                    steps.next("claim")  # the claimer's claim again: nothing to do
-                    refused = None
+                key = steps.next(answer.action)
+                if replayed:
+                    result = self._record(key, task_id, answer, replayed=True)
+                elif answer.action == "claim" and summary.claimed_by == answer.actor:
+                    refused = None  # the claimer's claim again: nothing to do
                     continue
-                if answer.action not in allowed:
-                    msg = (
-                        f"{reason} takes {' or '.join(allowed)}, not {answer.action!r}"
-                    )
-                    if claimer is not None:
-                        msg += f": it is already claimed by {claimer!r}"
-                    raise InvalidInput(msg, field="action")
-                result = self._record(steps, task_id, answer, summary)
+                else:
+                    self._offered(answer, payload["answers"], summary, reason)
+                    result = self._record(key, task_id, answer, replayed=False)
             except (InvalidInput, IllegalTransition, Claimed, StaleAnswer) as error:
                 refused = error
                 continue
@@ -557,23 +561,43 @@ class Referee:
         route: Route = "end" if str(summary.state) in _ENDED else after_resume
         return {**decided, "route": route}
 
+    @staticmethod
+    def _offered(
+        answer: HumanDecision,
+        allowed: list[str],
+        summary: TaskSummary,
+        reason: str,
+    ) -> None:
+        """Refuse an action the suspension does not take (``InvalidInput``)."""
+        claimer = summary.claimed_by
+        if answer.action not in allowed:
+            msg = f"{reason} takes {' or '.join(allowed)}, not {answer.action!r}"
+            if claimer is not None:
+                msg += f": it is already claimed by {claimer!r}"
+            raise InvalidInput(msg, field="action")
+
     def _record(
-        self, steps: _Steps, task_id: str, answer: HumanDecision, summary: TaskSummary
+        self, key: str, task_id: str, answer: HumanDecision, *, replayed: bool
     ) -> ActionResult:
+        """Record ``answer`` under its step's ``key``. A ``replayed`` answer
+        (given before, now given back by LangGraph) answers only from its
+        receipt: it names a version the task never reaches, so one refused
+        the first time is refused again, writing nothing."""
         service, actor, reason = self.service, answer.actor, answer.reason
-        version = answer.if_version
+        named = answer.if_version
+        version = NEVER_VERSION if replayed else named
         if answer.action == "resume":
             return self._once(
-                steps.next("resume"),
+                key,
                 lambda: service.resume(
                     task_id, actor=actor, reason=reason, if_version=version
                 ),
-                ("resume", task_id, actor, reason, *_named(version)),
+                ("resume", task_id, actor, reason, *_named(named)),
             )
         if answer.action == "rewind":
             to_commit = answer.to_commit
             return self._once(
-                steps.next("rewind"),
+                key,
                 lambda: service.rewind(
                     task_id,
                     actor=actor,
@@ -581,43 +605,42 @@ class Referee:
                     to_commit=to_commit,
                     if_version=version,
                 ),
-                ("rewind", task_id, actor, reason, to_commit, *_named(version)),
+                ("rewind", task_id, actor, reason, to_commit, *_named(named)),
             )
         if answer.action == "skip":
             return self._once(
-                steps.next("skip"),
+                key,
                 lambda: service.skip(
                     task_id, actor=actor, reason=reason, if_version=version
                 ),
-                ("skip", task_id, actor, reason, *_named(version)),
+                ("skip", task_id, actor, reason, *_named(named)),
             )
         if answer.action == "release":
             return self._once(
-                steps.next("release"),
+                key,
                 lambda: service.release(task_id, actor=actor, if_version=version),
-                ("release", task_id, actor, *_named(version)),
+                ("release", task_id, actor, *_named(named)),
             )
         if answer.action == "take_over":
             return self._once(
-                steps.next("take_over"),
+                key,
                 lambda: service.take_over(
                     task_id, actor=actor, reason=reason, if_version=version
                 ),
-                ("take_over", task_id, actor, reason, *_named(version)),
+                ("take_over", task_id, actor, reason, *_named(named)),
             )
-        claim_key = steps.next("claim")
         if answer.action == "claim":
             return self._once(
-                claim_key,
+                key,
                 lambda: service.claim(task_id, actor=actor, if_version=version),
-                ("claim_handoff", task_id, actor, *_named(version)),
+                ("claim_handoff", task_id, actor, *_named(named)),
             )
         if answer.resolution is None:
             msg = "resolve needs a resolution: return, complete or skip"
             raise InvalidInput(msg, field="resolution")
         resolution = answer.resolution
         return self._once(
-            steps.next("resolve"),
+            key,
             lambda: service.resolve_handoff(
                 task_id,
                 actor=actor,
@@ -625,7 +648,7 @@ class Referee:
                 reason=reason,
                 if_version=version,
             ),
-            ("resolve_handoff", task_id, actor, resolution, reason, *_named(version)),
+            ("resolve_handoff", task_id, actor, resolution, reason, *_named(named)),
         )
 
     # ---------------------------------------------------------- exactly once
@@ -675,6 +698,20 @@ _OUTSIDE_ACTIONS = {
     if action not in (HumanAction.CLAIM, HumanAction.RELEASE, HumanAction.TAKE_OVER)
 }
 _ENDED = frozenset({"COMPLETED", "SKIPPED"})
+
+NEVER_VERSION = VERSION_MAX
+"""The version a replayed answer names: no task reaches it, so the answer is
+refused unless its receipt answers (it was recorded the first time)."""
+
+
+def _resumes() -> int:
+    """How many answers LangGraph holds for this run of the node: the
+    ``interrupt()`` calls before that many give back an answer given before
+    (LangGraph's scratchpad: its count is not public API)."""
+    configurable = get_config().get("configurable", {})
+    scratchpad = configurable.get(CONFIG_KEY_SCRATCHPAD)
+    resume = getattr(scratchpad, "resume", None)
+    return len(resume) if isinstance(resume, list) else 0
 
 
 def _named(version: int | None) -> tuple[int, ...]:
@@ -749,6 +786,8 @@ class _Steps:
 
     def __init__(self) -> None:
         self.seen: dict[str, int] = {}
+        self.asked = 0
+        """How many times this run of the node called ``interrupt()``."""
 
     def next(self, op: str) -> str:
         count = self.seen.get(op, 0)

@@ -56,7 +56,7 @@ from devs.domain.output import error_line as the_error_line
 from devs.domain.output import shown as the_error_line_shown
 from devs.domain.redaction import redact
 from devs.domain.service import RecoveryApi
-from devs.domain.values import ID_MAX, NAME_MAX, STRATEGY_MAX
+from devs.domain.values import ID_MAX, LINK_MAX, NAME_MAX, STRATEGY_MAX
 
 TASK_ENV = "DEVS_TASK_ID"
 URL_ENV = "DEVS_URL"
@@ -149,6 +149,9 @@ class Seen:
     unjudged: bool = False
     """A shell command ran, but the agent did not say how it ended (nor its
     output): a gate so ended is not recorded."""
+    transcript: str | None = None
+    """Where the agent keeps the session's transcript (Claude Code's and
+    Codex's ``transcript_path``): a task started on this event links it."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,8 @@ NOTHING = Answer()
 PERSON_COMMANDS = frozenset(
     {
         "claim",
+        "release",
+        "take-over",
         "resolve",
         "resume",
         "rewind",
@@ -497,6 +502,8 @@ class HookRecord:
     refused: int = 0
     """How many of :attr:`changes` (the first) are a refused strategy still
     in the working tree: dropped once the tree no longer has them."""
+    transcript: str | None = None
+    """The transcript the event being handled names (not kept between calls)."""
 
     def dump(self) -> bytes:
         return orjson.dumps(
@@ -845,11 +852,20 @@ class Breaker:
         if summary is not None:
             return summary
         place = self.place
+        links = {
+            name: where
+            for name, where in (
+                ("transcript", record.transcript),
+                ("branch", place.branch if place is not None else None),
+            )
+            if where and len(where) <= LINK_MAX and "\n" not in where
+        }
         try:
             return self.api.start_task(
                 task_id,
                 agent=self.agent,
                 last_commit=place.head() if place is not None else None,
+                links=links or None,
             )
         except AlreadyExists:  # another hook of the same agent started it
             return self.api.task(task_id)
@@ -868,6 +884,7 @@ class Breaker:
             return self._handle(seen, record)
 
     def _handle(self, seen: Seen, record: HookRecord) -> Answer:
+        record.transcript = seen.transcript
         if seen.kind == "session_start":
             return self._session_start(record)
         if seen.kind == "pre_tool":

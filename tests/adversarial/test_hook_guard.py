@@ -84,6 +84,10 @@ def repo(tmp_path: Path) -> Path:
         "sqlite3 devs_state.sqlite 'DELETE FROM stored_events'",
         "cp /tmp/forged devs_state.sqlite-journal",
         "devs hooks uninstall claude-code",
+        # a person's claim: take it over, or let it go, in their name
+        "devs take-over T --actor mallory --reason mine",
+        "devs release T --actor alice",
+        "devs claim T --actor mallory",
         # the shell's own ways of spelling a word
         "d\\evs resume T --actor alice",
         "de''vs resume T --actor alice",

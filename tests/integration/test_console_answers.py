@@ -324,3 +324,19 @@ def test_a_card_has_the_run_gate_exit_code_strategies_and_commit(
     assert card.index("patch the view") < card.index("mock the db")
     assert "<code>abc1234</code>" in card
     assert "claude-code" in card
+
+
+def test_a_claimers_name_with_a_bidi_override_is_shown_neutralised(
+    console: Console,  # noqa: F811 - the fixture
+) -> None:
+    """A claim made under a name holding a right-to-left override (before
+    operators existed, or from the CLI) cannot make the console display
+    another name."""
+    client, service = console
+    escalate(service, "t1")
+    service.claim("t1", actor="\u202eecila")
+    sign_in(client, service)
+    for page in ("/console/", "/console/?view=list", "/console/tasks/t1"):
+        body = client.get(page, headers=SAME).text
+        assert "\u202e" not in body, page
+        assert "&lt;U+202E&gt;ecila" in body or "<U+202E>ecila" in body, page

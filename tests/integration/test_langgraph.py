@@ -627,3 +627,33 @@ def test_a_claimed_pause_refuses_another_humans_answer_until_taken_over(
     assert result["devs"]["decided_by"] == "eve"
     assert service.task("t1").state == "SKIPPED"
     assert events(service, "t1")["ClaimTakenOver"] == 1
+
+
+def test_an_answer_refused_for_a_claim_stays_refused_when_the_node_runs_again(
+    tmp_path: Path, service: RecoveryService, backend: Backend
+) -> None:
+    """LangGraph runs the node again on each resume and gives back the
+    answers given before: one refused then (someone else held the claim)
+    stays refused after the claim was released, and the newest answer is the
+    one recorded."""
+    repo = make_repo(tmp_path / "repo")
+    model = ScriptedModel(repo, {"x": Turn(entropy=0.99)})
+    service.start_task("t1")
+    with saver(tmp_path / "graph.sqlite") as checkpointer:
+        graph = build(referee_for(backend, repo), model, ["x"], checkpointer)
+        interrupt_of(graph.invoke({"task_id": "t1"}, config("a")))
+        service.claim("t1", actor="dee")  # outside the graph: the console, say
+        skip = {"action": "skip", "actor": "eve", "reason": "drop it"}
+        refused = interrupt_of(graph.invoke(Command(resume=skip), config("a")))
+        assert "claimed by 'dee'" in refused["error"]["detail"]
+        service.release("t1", actor="dee")
+        go_on = {"action": "resume", "actor": "eve", "reason": "go on"}
+        result = graph.invoke(Command(resume=go_on), config("a"))
+    assert result["devs"]["where"] == "gate"  # resumed: on to the gate
+    assert service.task("t1").state != "SKIPPED"
+    answers = [
+        (entry.event, entry.changes.get("reason"))
+        for entry in service.history("t1")
+        if entry.event in ("Skipped", "Resumed")
+    ]
+    assert answers == [("Resumed", "go on")]
