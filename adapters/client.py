@@ -300,13 +300,16 @@ class HttpRecoveryClient:
         run_id: str | None = None,
         agent: str | None = None,
         last_commit: str | None = None,
+        links: dict[str, str] | None = None,
     ) -> TaskSummary:
-        body = {
+        body: dict[str, Any] = {
             "task_id": task_id,
             "run_id": run_id,
             "agent": agent,
             "last_commit": last_commit,
         }
+        if links:  # the body as before links existed
+            body["links"] = dict(links)
         return self._command("/tasks", body, TaskSummary)
 
     def begin_attempt(self, task_id: str, strategy: str) -> AttemptDecision:

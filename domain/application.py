@@ -116,6 +116,7 @@ from devs.domain.values import (
     GateName,
     IdempotencyKey,
     Limit,
+    Links,
     MessageId,
     OutputText,
     Position,
@@ -280,10 +281,24 @@ class RecoveryService(TaskCommands, Audits):
         run_id: RunId | None = None,
         agent: AgentName | None = None,
         last_commit: CommitId | None = None,
+        links: Links | None = None,
     ) -> TaskSummary:
-        """Start refereeing a task, under the policy in force now."""
+        """Start refereeing a task, under the policy in force now.
+
+        ``links`` name what the agent's side knows of it, for the people who
+        answer it: ``transcript`` (its session's transcript path), ``branch``,
+        ``pr`` (a pull request's URL)…"""
 
         def make() -> Task:
+            if links:
+                return Task(
+                    task_id=task_id,
+                    run_id=run_id,
+                    agent=agent,
+                    last_commit=last_commit,
+                    policy=self.policy,
+                    links=links,
+                )
             return Task(
                 task_id=task_id,
                 run_id=run_id,

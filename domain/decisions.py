@@ -62,6 +62,9 @@ class TaskSummary(Immutable):
     modified_on: datetime
     stuck: StuckAssessment | None = None
     """The stuck score of the last failure since the last pass."""
+    links: dict[str, str] | None = None
+    """What the agent's side knows of the task (``transcript``, ``branch``,
+    ``pr``…), as given when it started."""
 
 
 class AttemptDecision(Immutable):
@@ -286,6 +289,7 @@ def task_summary(task: Task) -> TaskSummary:
         created_on=task.created_on,
         modified_on=task.modified_on,
         stuck=task.stuck,
+        links=task.links,
     )
 
 

@@ -90,6 +90,7 @@ class RecoveryApi(Protocol):
         run_id: str | None = None,
         agent: str | None = None,
         last_commit: str | None = None,
+        links: dict[str, str] | None = None,
     ) -> TaskSummary: ...
 
     def begin_attempt(self, task_id: str, strategy: str) -> AttemptDecision: ...

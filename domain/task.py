@@ -151,6 +151,7 @@ class TaskSnapshotState(SnapshotState):
     claimed_by: str | None
     stuck: StuckAssessment | None = None
     reminded_session_id: str | None = None
+    links: dict[str, str] | None = None
 
 
 class TaskEvent(Aggregate.Event):
@@ -206,6 +207,9 @@ class Task(Aggregate):
         policy: Policy
         chain_prev: str | None = None
         """The task's id (``task:<id>``): the chain's first link."""
+        links: dict[str, str] | None = None
+        """What the agent's side knows of the task (its session's transcript,
+        its branch, a pull request), by name; ``None``: nothing given."""
 
         def state_after(self, state: str) -> TaskState:
             """Every task starts RUNNING."""
@@ -423,6 +427,7 @@ class Task(Aggregate):
         agent: str | None,
         last_commit: str | None,
         policy: Policy,
+        links: dict[str, str] | None = None,
     ) -> None:
         self.task_id = task_id
         self.run_id = run_id
@@ -440,6 +445,7 @@ class Task(Aggregate):
         self.claimed_by: str | None = None
         self.stuck: StuckAssessment | None = None
         self.reminded_session_id: str | None = None
+        self.links = dict(links) if links else None
 
     # ----------------------------------------------------------------- derived
 

@@ -100,6 +100,7 @@ __all__ = [
     "ExitCode",
     "GateName",
     "Limit",
+    "Links",
     "MessageId",
     "NodeId",
     "OutputText",
@@ -361,6 +362,33 @@ AgentName = Annotated[
 ]
 """An agent or gate name: 1-200 characters, one line, not blank; redacted."""
 GateName = AgentName
+
+LINKS_MAX = 8
+"""How many links a task may carry."""
+LINK_MAX = 2_000
+"""The longest link (a URL or a path)."""
+
+LinkName = Annotated[
+    str,
+    StringConstraints(strict=True, pattern=r"^[a-z][a-z0-9_-]{0,39}$"),
+    _TEXT,
+]
+"""A link's name: ``transcript``, ``branch``, ``pr``… (lower case, 1-40)."""
+
+LinkText = Annotated[
+    str,
+    StringConstraints(strict=True, min_length=1, max_length=LINK_MAX),
+    AfterValidator(_not_blank),
+    AfterValidator(_one_line),
+    AfterValidator(redact),
+    _TEXT,
+]
+"""Where a link points (a URL, a path, a branch): 1-2,000 characters, one
+line; redacted."""
+
+Links = Annotated[dict[LinkName, LinkText], Field(max_length=LINKS_MAX)]
+"""What the agent's side knows of a task, by name: its session's transcript
+path, its branch, a pull request's URL; at most 8."""
 
 Strategy = Annotated[
     str,

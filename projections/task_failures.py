@@ -69,7 +69,7 @@ class TaskFailuresProjection(ReadModelProjection[TaskFailuresView]):
             task_id_of(e.originator_id),
             {
                 "failure_count": e.consecutive_failures,
-                "last_error": failure.error_message or failure.output_excerpt,
+                "last_error": failure.last_error,  # the one line every surface shows
                 "last_error_hash": failure.error_hash,
                 "updated_at": e.timestamp.isoformat(),
             },
@@ -105,7 +105,7 @@ class TaskFailuresTables(TaskFailuresView, SQLTables):
     """The ``task_failures`` tables and their SQL (SQLite and PostgreSQL alike)."""
 
     name: ClassVar[str] = "task_failures"
-    schema_version: ClassVar[int] = 2  # v2: reports hold the stuck score
+    schema_version: ClassVar[int] = 3  # v2: the stuck score; v3: one error line
     tables: ClassVar[tuple[str, ...]] = ("task_failures",)
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS task_failures ("

@@ -138,6 +138,14 @@ def task() -> None:
 @click.option("--run", "run_id", default=None, help="The run whose node this task is.")
 @click.option("--agent", default=None, help="The agent working on it.")
 @click.option("--commit", "last_commit", default=None, help="The starting commit.")
+@click.option(
+    "--link",
+    "links",
+    multiple=True,
+    metavar="NAME=WHERE",
+    help="What the agent's side knows of it, for the people who answer it: "
+    "transcript=PATH, branch=NAME, pr=URL (repeatable, at most 8).",
+)
 @json_option
 @pass_context
 @handles_errors
@@ -147,11 +155,23 @@ def task_start(
     run_id: str | None,
     agent: str | None,
     last_commit: str | None,
+    links: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Start refereeing TASK_ID."""
+    named: dict[str, str] = {}
+    for link in links:
+        name, equals, where = link.partition("=")
+        if not equals:
+            msg = f"--link must be NAME=WHERE (pr=https://…), got {link[:80]!r}"
+            raise InvalidInput(msg, field="link")
+        named[name] = where
     summary = ctx.app.start_task(
-        task_id, run_id=run_id, agent=agent, last_commit=last_commit
+        task_id,
+        run_id=run_id,
+        agent=agent,
+        last_commit=last_commit,
+        links=named or None,
     )
     if as_json:
         emit_json(summary)
@@ -185,6 +205,8 @@ def describe_task(summary: TaskSummary) -> str:
             f"  waiting for a human: {session.reason}{source} "
             f"(session {session.session_id})"
         )
+    for name, where in (summary.links or {}).items():
+        lines.append(f"  {name}: {presenters.one_line(where, 200)}")
     if summary.handoff is not None:
         lines.append("  handed off")
     if summary.pending_session is not None or summary.handoff is not None:

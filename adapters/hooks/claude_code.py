@@ -47,6 +47,7 @@ class ClaudeCode:
         name = event_name(event)
         kind = self.events.get(name, "other")
         cwd = event.get("cwd") if isinstance(event.get("cwd"), str) else None
+        transcript = event.get("transcript_path")
         tool = event.get("tool_name")
         tool_input = mapping_in(event, "tool_input")
         command = self.command(tool, tool_input)
@@ -83,6 +84,7 @@ class ClaudeCode:
             output=output,
             stop_hook_active=event.get("stop_hook_active") is True,
             unjudged=unjudged and kind in ("post_tool", "post_tool_failure"),
+            transcript=transcript if isinstance(transcript, str) else None,
         )
 
     def command(self, tool: Any, tool_input: Mapping[str, Any]) -> str | None:

@@ -91,8 +91,9 @@ def test_the_langgraph_agent_is_suspended_resumed_and_audited(tmp_path: Path) ->
     assert all(d["waited_seconds"] >= 0 for d in decisions if "actor" in d)
     gates = [d for d in decisions if d["event"] in ("GateFailed", "GatePassed")]
     assert [d["exit_code"] for d in gates] == [1, 1, 0]
-    # real unittest runs: their own failure line, hashed
-    assert all("FAILED (failures=1)" in d["error"] for d in gates[:2])
+    # real unittest runs: their own error line (the one rule: the first
+    # FAIL line, not the summary), hashed
+    assert all("exited with code 1: FAIL: " in d["error"] for d in gates[:2])
     assert all(len(d["error_hash"]) == 64 for d in gates[:2])
 
     text = run("langgraph_audit.py", "--db", str(db), cwd=tmp_path)

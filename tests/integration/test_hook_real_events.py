@@ -91,3 +91,17 @@ def test_every_registered_agent_is_known_everywhere(name: str) -> None:
     text = DOCS.read_text()
     assert f"devs hooks install {name}" in text
     assert agent.title in text
+
+
+def test_a_task_the_hook_starts_links_the_transcript_and_the_branch(
+    claude: Agent,
+) -> None:
+    """Claude Code's events name the session's transcript: the task the
+    breaker starts links it, with the branch, for the people who answer it."""
+    event = real("claude-code", "PostToolUseFailure-Bash")
+    transcript = "/home/ann/.claude/projects/app/0089.jsonl"
+    claude.send({**event, "transcript_path": transcript})
+    links = claude.service.task(claude.task_id).links
+    assert links is not None
+    assert links["transcript"] == transcript
+    assert links["branch"]  # the repository's branch, whatever its name

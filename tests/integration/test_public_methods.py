@@ -57,6 +57,9 @@ VALID: dict[str, object] = {
     "before": 60.0,
     "name": "ann",
     "message_id": "msg_" + "0" * 32,
+    "if_version": None,
+    "stop_scope": "run",
+    "links": {"pr": "https://example.test/pull/1"},
 }
 """A valid value of each parameter, by name: the others of a call get these."""
 
