@@ -759,7 +759,7 @@ def stop_reason(summary: TaskSummary, cli: str = "devs") -> str:
     gates = [f for f in summary.failure_history if f.kind == "gate"]
     recorded = gates or list(summary.failure_history)
     last = recorded[-1] if recorded else None
-    last_line = error_line(last.error_message, last.exit_code) if last else "(none)"
+    last_line = error_line(last.last_error, last.exit_code) if last else "(none)"
     return (
         f"devs-recovery stopped task {summary.task_id}: {what}. "
         f"Failures: {count}. Last error: {last_line}. "
@@ -1119,7 +1119,7 @@ class Breaker:
             return NOTHING  # refused once for this failing gate already
         record.stop_blocked = mark
         last = summary.failure_history[-1] if summary.failure_history else None
-        line = error_line(last.error_message, last.exit_code) if last else "(none)"
+        line = error_line(last.last_error, last.exit_code) if last else "(none)"
         return Answer(
             block=(
                 f"devs-recovery: the last gate of task {summary.task_id} failed "
