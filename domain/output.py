@@ -83,13 +83,23 @@ def clean(text: str) -> str:
 def keep(text: str, limit: int) -> str:
     """``text`` if it has at most ``limit`` characters; else its head (a
     quarter of ``limit``) and its tail, with :data:`CUT_MARKER` between
-    saying how many characters were cut. Never splits a surrogate pair."""
+    saying how many characters were cut: ``limit`` characters in all (one
+    fewer where a surrogate pair at an edge is dropped rather than split)."""
     length = len(text)
     if length <= limit:
         return text
     head_size = limit // 4
-    probe = CUT_MARKER.format(cut=length)
-    tail_size = max(limit - head_size - len(probe), 0)
+    # The marker's length depends on the count it gives, which depends on the
+    # marker's length: the count has at most as many digits as ``length``.
+    # From the longest marker (the most digits) the tail only grows, and
+    # settles within a few steps where the marker says exactly what it cuts.
+    tail_size = 0
+    for _ in range(8):
+        marker = CUT_MARKER.format(cut=length - head_size - tail_size)
+        grown = max(limit - head_size - len(marker), 0)
+        if grown == tail_size:
+            break
+        tail_size = grown
     head = text[:head_size]
     tail = text[length - tail_size :] if tail_size else ""
     if head and "\ud800" <= head[-1] <= "\udbff":  # half of a surrogate pair

@@ -317,9 +317,9 @@ def test_the_python_api_keeps_its_own_words_for_unknown_ids() -> None:
 def test_a_gate_that_prints_one_huge_line_is_recorded_with_its_error_cut(
     devs: Devs,
 ) -> None:
-    """The error line (how it ended and the last line: 200,020 characters) is
-    over its 100,000 limit: cut to its end, saying so, and the failed gate is
-    recorded."""
+    """One 200,000-character line: the gate's error is how it ended and its
+    error line (the one rule, cut to 300 characters); its output keeps its
+    head and its tail, saying what was cut; the failed gate is recorded."""
     huge = "print('x' * 200_000); raise SystemExit(1)"
     devs("task", "start", "t1")
     ran = devs.json("gate", "run", "t1", "--", PY, "-c", huge, code=RETRY)
@@ -329,27 +329,22 @@ def test_a_gate_that_prints_one_huge_line_is_recorded_with_its_error_cut(
         1,
     )
     assert decision["error_hash"] == ran["run"]["output_hash"]
-    cut = "[cut: 200,020 characters, the limit is 100,000] …x"
     [*_, entry] = devs.json("history", "t1")
     assert entry["event"] == "GateFailed"
-    stored = entry["changes"]["failure"]["error_message"]
-    assert stored.startswith(cut)
-    assert stored.endswith("x")
-    assert len(stored) == 2_000  # the excerpt the event keeps (its end)
-    assert devs.json("task", "show", "t1")["failure_history"][-1]["error_message"] == (
-        stored
-    )
+    failure = entry["changes"]["failure"]
+    assert failure["error_message"] == "exited with code 1: " + "x" * 299 + "…"
+    assert failure["error_line"].startswith("exited with code 1: xxx")
+    assert len(failure["error_line"]) == 300
+    excerpt = failure["output_excerpt"]
+    assert len(excerpt) == 4_000
+    assert excerpt.startswith("x" * 1_000 + "\n[… ")
+    assert " characters cut …]\nxxx" in excerpt
+    shown = devs.json("task", "show", "t1")["failure_history"][-1]
+    assert shown["error_message"] == failure["error_message"]
     # The plain forms print it too, and the human-readable run says retry.
     again = devs("gate", "run", "t1", "--", PY, "-c", huge, code=RETRY)
     assert "t1: tests failed (NON_ZERO_EXIT, exit code 1)" in again.stdout
-    # The human-readable lines shorten the text, the marker first.
-    [line] = [
-        line
-        for line in devs("history", "t1").stdout.splitlines()
-        if line.startswith("v2 ")
-    ]
-    assert "[cut: 200,020 characters, the limit is 100,000] …" in line
-    assert cut in devs("task", "show", "t1").stdout
+    assert "exited with code 1: xxxx" in devs("task", "show", "t1").stdout
 
 
 def test_a_gate_that_prints_nul_characters_is_recorded(devs: Devs) -> None:

@@ -149,6 +149,8 @@ def test_the_console_and_operator_tokens_during_an_outage(
         signed = console.post("/console/login", data={"token": token}, headers=origin)
         assert signed.status_code == 303, signed.text
         assert console.get("/console/").status_code == 200
+        # The console's forms say which version of the task they answer.
+        version = str(server.client.get("/tasks/stuck").json()["version"])
 
         own_server.halt()
         started = time.monotonic()
@@ -159,7 +161,7 @@ def test_the_console_and_operator_tokens_during_an_outage(
         assert time.monotonic() - started < 15
         answer = console.post(
             "/console/actions/resume",
-            data={"task_id": "stuck", "reason": "during"},
+            data={"task_id": "stuck", "reason": "during", "version": version},
             headers=origin,
         )
         assert answer.status_code == 503, answer.text[:300]
@@ -178,7 +180,7 @@ def test_the_console_and_operator_tokens_during_an_outage(
             time.sleep(0.5)
         done = console.post(
             "/console/actions/resume",
-            data={"task_id": "stuck", "reason": "after"},
+            data={"task_id": "stuck", "reason": "after", "version": version},
             headers=origin,
         )
         assert done.status_code == 303, done.text[:300]

@@ -897,6 +897,7 @@ def test_an_event_damaged_after_it_was_folded(
         "read model 'tasks', table tasks",
         "read model 'task_failures', table task_failures",
         "read model 'metrics', table metrics_tasks",
+        "read model 'outbox', table outbox_task_runs",  # the task's context
     ]
     [listed] = [problem for problem in problems if problem.startswith(found)]
     assert listed.startswith(
@@ -942,6 +943,7 @@ def test_an_event_recorded_as_undecodable_that_decodes_now_is_reported(
         "read model 'tasks', table tasks",
         "read model 'task_failures', table task_failures",
         "read model 'metrics', table metrics_tasks",
+        "read model 'outbox', table outbox_task_runs",  # the task's context
     ]
     service.rebuild_projections()
     assert service.gate_status("t1").consecutive_failures == 1

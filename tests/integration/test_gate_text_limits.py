@@ -13,6 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from devs.domain import InvalidInput, RecoveryService
+from devs.domain.output import keep
 from devs.domain.redaction import error_hash, redact
 from devs.domain.task import ERROR_MESSAGE_LIMIT, OUTPUT_EXCERPT_LIMIT
 from devs.domain.values import ERROR_MAX, OUTPUT_MAX
@@ -69,8 +70,13 @@ def test_texts_at_their_limits_are_recorded_as_before(
     service.start_task("t1")
     service.record_gate("t1", 1, error="e" * ERROR_MAX, output="o" * OUTPUT_MAX)
     [failure] = service.task("t1").failure_history
-    assert failure.error_message == "…" + "e" * (ERROR_MESSAGE_LIMIT - 1)
-    assert failure.output_excerpt == "…" + "o" * (OUTPUT_EXCERPT_LIMIT - 1)
+    # Their head and their tail, and between them what was cut.
+    assert failure.error_message == keep("e" * ERROR_MAX, ERROR_MESSAGE_LIMIT)
+    assert failure.output_excerpt == keep("o" * OUTPUT_MAX, OUTPUT_EXCERPT_LIMIT)
+    head = ERROR_MESSAGE_LIMIT // 4
+    assert failure.error_message.startswith("e" * head + "\n[… ")
+    assert " characters cut …]\ne" in failure.error_message
+    assert len(failure.error_message) == ERROR_MESSAGE_LIMIT
 
 
 TOKEN = "ghp_" + "A1b2C3d4E5" * 4  # a GitHub token: 40 characters after ghp_
@@ -110,8 +116,12 @@ def test_a_secret_straddling_the_output_cut_is_redacted_whole(
     length = OUTPUT_MAX + 100
     # The marker counts the redacted output: 30 characters shorter.
     redacted_length = length - len(TOKEN) + len("[REDACTED]")
-    kept = cut_at(redacted_length, OUTPUT_MAX, OUTPUT_EXCERPT_LIMIT) + len(TOKEN) - 10
-    output = "o" * (kept - 10) + " " + TOKEN + " "
+    # Where the tail kept begins, in the redacted output: the token is put
+    # across it (cut first, its second half would be kept).
+    probe = keep("o" * OUTPUT_MAX, OUTPUT_EXCERPT_LIMIT)
+    tail = len(probe.rsplit(" characters cut …]\n", 1)[1])
+    start = redacted_length - tail - 5  # [REDACTED] straddles the tail's start
+    output = "o" * (start - 1) + " " + TOKEN + " "
     output += "z" * (length - len(output))
     service.start_task("t1")
     service.record_gate("t1", 1, output=output)
@@ -122,7 +132,7 @@ def test_a_secret_straddling_the_output_cut_is_redacted_whole(
     assert failure.output_excerpt.startswith(marker(redacted, OUTPUT_MAX))
     assert "ghp_" not in failure.output_excerpt
     assert "A1b2" not in failure.output_excerpt
-    assert "[REDA" in failure.output_excerpt  # what is left of [REDACTED]
+    assert " characters cut …]\nCTED] z" in failure.output_excerpt  # of [REDACTED]
 
 
 def test_other_texts_over_their_limits_are_still_refused(

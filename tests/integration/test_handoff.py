@@ -9,7 +9,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from devs.domain import IllegalTransition, InvalidInput, Outcome, RecoveryService
+from devs.domain import (
+    Claimed,
+    IllegalTransition,
+    InvalidInput,
+    Outcome,
+    RecoveryService,
+)
 from devs.domain.chart import TaskState
 from devs.domain.names import NotificationKind
 from tests.helpers import decision_lines, event_count
@@ -130,12 +136,11 @@ def test_claim_and_resolve_the_handoff(service: RecoveryService) -> None:
     assert decision.consecutive_failures == 6
 
 
-def test_resolve_needs_a_claim_and_a_known_resolution(service: RecoveryService) -> None:
+def test_a_claimed_hand_off_is_resolved_by_its_claimer_with_a_known_resolution(
+    service: RecoveryService,
+) -> None:
     service.start_task(TASK)
     always_fail(service, 5)
-    events = event_count(service)
-    with pytest.raises(IllegalTransition, match="not claimed"):
-        service.resolve_handoff(TASK, actor="carol", resolution="complete", reason="r")
     service.claim_handoff(TASK, actor="carol")
     events = event_count(service)
     with pytest.raises(InvalidInput, match="resolution must be one of"):
@@ -145,8 +150,10 @@ def test_resolve_needs_a_claim_and_a_known_resolution(service: RecoveryService) 
             resolution="later",  # type: ignore[arg-type]
             reason="r",
         )
-    with pytest.raises(IllegalTransition, match="already claimed by 'carol'"):
+    with pytest.raises(Claimed, match="claimed by 'carol'"):
         service.claim_handoff(TASK, actor="dave")
+    with pytest.raises(Claimed, match="claimed by 'carol'"):
+        service.resolve_handoff(TASK, actor="dave", resolution="skip", reason="r")
     assert event_count(service) == events
 
 

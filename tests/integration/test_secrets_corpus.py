@@ -153,4 +153,7 @@ def test_hostile_output_is_recorded(app: RecoveryService, unit: str) -> None:
     app.start_task("t1")
     app.record_gate("t1", 1, output=hostile(unit), error=hostile(unit, 1000))
     failure = app.task("t1").failure_history[-1]
-    assert hostile(unit).endswith(failure.output_excerpt.lstrip("…"))
+    # Its head and its tail are kept, with what was cut between them.
+    kept_head, _, kept_tail = failure.output_excerpt.partition("\n[… ")
+    assert hostile(unit).startswith(kept_head)
+    assert hostile(unit).endswith(kept_tail.split(" characters cut …]\n", 1)[1])

@@ -249,7 +249,9 @@ def test_the_started_event_records_each_node_once_and_edges_by_position() -> Non
         "run_id",
         "nodes",
         "prerequisites",
+        "stop_scope",
     }
+    assert started.stop_scope == "run"
 
 
 def test_node_events_and_completion_name_one_node_at_most() -> None:
