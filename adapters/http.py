@@ -1157,15 +1157,26 @@ def _heavy(body: Body) -> bool:
 
 def _answer(answer: str, status: int, position: int) -> Response:
     headers = {POSITION_HEADER: str(position)}
-    found = _ANSWERED_VERSION.search(answer)
-    if found is not None:  # a human answer: the task's version after it
-        headers["ETag"] = etag(int(found.group(1)))
+    version = _answered_version(answer)
+    if version is not None:  # a human answer: the task's version after it
+        headers["ETag"] = etag(version)
     return Response(answer, status, headers, media_type="application/json")
 
 
-_ANSWERED_VERSION = re.compile(r'"action":"[a-z_]+".*"version":(\d{1,19})')
-"""The ``version`` of an :class:`ActionResult`'s JSON (its ``action`` field
-comes first; no other answer has both)."""
+_DIGITS = re.compile(r"\d{1,19}")
+
+
+def _answered_version(answer: str) -> int | None:
+    """The ``version`` of an :class:`ActionResult`'s JSON (``None`` for any
+    other answer): linear, as JSON escapes every quote inside a string, so
+    ``"action":"`` and ``"version":`` appear only as keys."""
+    if '"action":"' not in answer:
+        return None
+    at = answer.rfind('"version":')
+    if at == -1:
+        return None
+    found = _DIGITS.match(answer, at + len('"version":'))
+    return int(found.group()) if found is not None else None
 
 
 async def _served(request: Request) -> Served:
