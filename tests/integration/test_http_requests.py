@@ -70,7 +70,8 @@ def test_a_body_not_sent_as_json_is_a_415_naming_both_content_types(
         "unsupported_media_type",
     )
     assert detail.startswith(
-        "POST /tasks takes a JSON object {task_id, run_id?, agent?, last_commit?} "
+        "POST /tasks takes a JSON object "
+        "{task_id, run_id?, agent?, last_commit?, links?} "
         "sent with Content-Type: application/json; "
     ), detail
     assert got in detail
@@ -94,7 +95,7 @@ def test_json_is_taken_with_any_json_content_type(client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("path", "field", "shape"),
     [
-        ("/tasks", "task_id", "{task_id, run_id?, agent?, last_commit?}"),
+        ("/tasks", "task_id", "{task_id, run_id?, agent?, last_commit?, links?}"),
         ("/tasks/t1/gates", "exit_code", "{exit_code, gate?, strategy?, error?, "),
         # actor may be left out: an operator token names who acts
         ("/tasks/t1/resume", None, "{actor?, reason?}"),
@@ -138,7 +139,8 @@ def test_json_that_is_not_an_object_is_a_422_saying_what_it_is(
         client.post("/tasks", content=content, headers=JSON), 422, "invalid_input"
     )
     assert detail == (
-        f"the body must be a JSON object {{task_id, run_id?, agent?, last_commit?}}, "
+        "the body must be a JSON object "
+        f"{{task_id, run_id?, agent?, last_commit?, links?}}, "
         f"got {kind}"
     )
 
