@@ -356,7 +356,8 @@ from devs.testing import RecoveryMachine, memory_service
 
 
 class ForgetsTheActor:
-    """A resume that records someone else as having acted."""
+    """A resume that records someone else as having acted (where nobody
+    claimed the stop: a claim would refuse that someone else)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -365,7 +366,9 @@ class ForgetsTheActor:
         return getattr(self.inner, name)
 
     def resume(self, task_id: str, *, actor: str, reason: str) -> Any:
-        return self.inner.resume(task_id, actor="unknown", reason=reason)
+        if self.inner.task(task_id).claimed_by is None:
+            actor = "unknown"
+        return self.inner.resume(task_id, actor=actor, reason=reason)
 
 
 class Broken(RecoveryMachine):
