@@ -1582,12 +1582,31 @@ def blacklist(
 # -------------------------------------------------- sessions and hand-offs
 
 
-def _answer_path(task_id: str, action: str, version: int | None) -> str:
-    """The request an ``Idempotency-Key`` names: the path (with the body).
-    Not the ``If-Match``: a retry of an answer that was recorded answers as
-    the first time, though the task has moved on since (by that answer)."""
-    del version
-    return f"/tasks/{task_id}/{action}"
+async def _human_answer(
+    served: Served,
+    request: Request,
+    key: str | None,
+    if_match: str | None,
+    path: str,
+    body: Body,
+    named: str | None,
+    answer: Callable[[RecoveryService, str, int | None], BaseModel],
+) -> Response:
+    """A human action: as the operator whose token was sent (``named``: the
+    body's ``actor``), for the task version ``If-Match`` names. The request an
+    ``Idempotency-Key`` names is the path with the body, not the ``If-Match``:
+    a retry of an answer that was recorded answers as the first time, though
+    the task has moved on since (by that answer)."""
+    operator = _operator(request)
+    version = if_version(if_match)
+    return await served.command(
+        200,
+        key,
+        path,
+        body,
+        lambda s: answer(s, acting(s, operator, named), version),
+        caller=operator,
+    )
 
 
 @humans.post("/tasks/{task_id}/resume", response_model=ActionResult)
@@ -1599,20 +1618,17 @@ async def resume(
     key: KeyHeader = None,
     if_match: IfMatchHeader = None,
 ) -> Response:
-    operator = _operator(request)
-    version = if_version(if_match)
-    return await served.command(
-        200,
+    return await _human_answer(
+        served,
+        request,
         key,
-        _answer_path(task_id, "resume", version),
+        if_match,
+        f"/tasks/{task_id}/resume",
         body,
-        lambda s: s.resume(
-            task_id,
-            actor=acting(s, operator, body.actor),
-            reason=body.reason,
-            if_version=version,
+        body.actor,
+        lambda s, actor, version: s.resume(
+            task_id, actor=actor, reason=body.reason, if_version=version
         ),
-        caller=operator,
     )
 
 
@@ -1625,21 +1641,21 @@ async def rewind(
     key: KeyHeader = None,
     if_match: IfMatchHeader = None,
 ) -> Response:
-    operator = _operator(request)
-    version = if_version(if_match)
-    return await served.command(
-        200,
+    return await _human_answer(
+        served,
+        request,
         key,
-        _answer_path(task_id, "rewind", version),
+        if_match,
+        f"/tasks/{task_id}/rewind",
         body,
-        lambda s: s.rewind(
+        body.actor,
+        lambda s, actor, version: s.rewind(
             task_id,
-            actor=acting(s, operator, body.actor),
+            actor=actor,
             reason=body.reason,
             to_commit=body.to_commit,
             if_version=version,
         ),
-        caller=operator,
     )
 
 
@@ -1652,20 +1668,17 @@ async def skip(
     key: KeyHeader = None,
     if_match: IfMatchHeader = None,
 ) -> Response:
-    operator = _operator(request)
-    version = if_version(if_match)
-    return await served.command(
-        200,
+    return await _human_answer(
+        served,
+        request,
         key,
-        _answer_path(task_id, "skip", version),
+        if_match,
+        f"/tasks/{task_id}/skip",
         body,
-        lambda s: s.skip(
-            task_id,
-            actor=acting(s, operator, body.actor),
-            reason=body.reason,
-            if_version=version,
+        body.actor,
+        lambda s, actor, version: s.skip(
+            task_id, actor=actor, reason=body.reason, if_version=version
         ),
-        caller=operator,
     )
 
 
@@ -1681,17 +1694,15 @@ async def claim(
     """Say "I'm on it" for the stop the task waits in (an escalation, a
     pause or a hand-off): until released or taken over, an answer by anyone
     else is refused (409 ``claimed``, naming who)."""
-    operator = _operator(request)
-    version = if_version(if_match)
-    return await served.command(
-        200,
+    return await _human_answer(
+        served,
+        request,
         key,
-        _answer_path(task_id, "claim", version),
+        if_match,
+        f"/tasks/{task_id}/claim",
         body,
-        lambda s: s.claim(
-            task_id, actor=acting(s, operator, body.actor), if_version=version
-        ),
-        caller=operator,
+        body.actor,
+        lambda s, actor, version: s.claim(task_id, actor=actor, if_version=version),
     )
 
 
@@ -1705,17 +1716,15 @@ async def release(
     if_match: IfMatchHeader = None,
 ) -> Response:
     """The claimer lets go of the stop: anyone may answer it again."""
-    operator = _operator(request)
-    version = if_version(if_match)
-    return await served.command(
-        200,
+    return await _human_answer(
+        served,
+        request,
         key,
-        _answer_path(task_id, "release", version),
+        if_match,
+        f"/tasks/{task_id}/release",
         body,
-        lambda s: s.release(
-            task_id, actor=acting(s, operator, body.actor), if_version=version
-        ),
-        caller=operator,
+        body.actor,
+        lambda s, actor, version: s.release(task_id, actor=actor, if_version=version),
     )
 
 
@@ -1730,20 +1739,17 @@ async def take_over(
 ) -> Response:
     """Take a claimed stop over from its claimer (recorded: who took it from
     whom, and why)."""
-    operator = _operator(request)
-    version = if_version(if_match)
-    return await served.command(
-        200,
+    return await _human_answer(
+        served,
+        request,
         key,
-        _answer_path(task_id, "take-over", version),
+        if_match,
+        f"/tasks/{task_id}/take-over",
         body,
-        lambda s: s.take_over(
-            task_id,
-            actor=acting(s, operator, body.actor),
-            reason=body.reason,
-            if_version=version,
+        body.actor,
+        lambda s, actor, version: s.take_over(
+            task_id, actor=actor, reason=body.reason, if_version=version
         ),
-        caller=operator,
     )
 
 
@@ -1756,21 +1762,21 @@ async def resolve(
     key: KeyHeader = None,
     if_match: IfMatchHeader = None,
 ) -> Response:
-    operator = _operator(request)
-    version = if_version(if_match)
-    return await served.command(
-        200,
+    return await _human_answer(
+        served,
+        request,
         key,
-        _answer_path(task_id, "resolve", version),
+        if_match,
+        f"/tasks/{task_id}/resolve",
         body,
-        lambda s: s.resolve_handoff(
+        body.actor,
+        lambda s, actor, version: s.resolve_handoff(
             task_id,
-            actor=acting(s, operator, body.actor),
+            actor=actor,
             resolution=body.resolution,
             reason=body.reason,
             if_version=version,
         ),
-        caller=operator,
     )
 
 
