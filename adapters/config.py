@@ -48,6 +48,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from devs.adapters.store import errors
 from devs.domain.errors import InvalidInput
 from devs.domain.policy import EnvironSettings, Policy
 from devs.domain.ports import (
@@ -104,8 +105,8 @@ MAX_NICENESS = 19
 MEMORY = ":memory:"
 """``DEVS_DB=:memory:``: a fresh database in this process's memory."""
 
-SQLITE_FACTORY = "devs.adapters.persistence:SQLiteFactory"
-POSTGRES_FACTORY = "devs.adapters.postgres:PostgresFactory"
+SQLITE_FACTORY = "devs.adapters.store.persistence:SQLiteFactory"
+POSTGRES_FACTORY = "devs.adapters.store.postgres:PostgresFactory"
 """eventsourcing's PostgreSQL factory, its tables created one process at a time."""
 POSTGRES_MODULES = (
     POSTGRES_FACTORY,
@@ -115,9 +116,17 @@ POSTGRES_MODULES = (
 SQLITE_READ_MODELS = "devs.projections.sqlite:SQLiteReadModels"
 POSTGRES_READ_MODELS = "devs.projections.postgres:PostgresReadModels"
 CODEC = {
-    "MAPPER_TOPIC": "devs.adapters.persistence:PydanticMapper",
-    "TRANSCODER_TOPIC": "devs.adapters.persistence:OrjsonTranscoder",
+    "MAPPER_TOPIC": "devs.adapters.store.persistence:PydanticMapper",
+    "TRANSCODER_TOPIC": "devs.adapters.store.persistence:OrjsonTranscoder",
 }
+RENAMED_TOPICS = {
+    "devs.adapters.persistence:SQLiteFactory": SQLITE_FACTORY,
+    "devs.adapters.postgres:PostgresFactory": POSTGRES_FACTORY,
+    "devs.adapters.persistence:PydanticMapper": CODEC["MAPPER_TOPIC"],
+    "devs.adapters.persistence:OrjsonTranscoder": CODEC["TRANSCODER_TOPIC"],
+}
+"""Topics the settings of 0.1 named, before the store's modules moved to
+``devs.adapters.store`` (docs/configuration.md gave them): read as today's."""
 SQLITE_DEFAULTS = {"SQLITE_LOCK_TIMEOUT": "30"}
 POSTGRES_DEFAULTS = {"POSTGRES_POOL_SIZE": "2", "POSTGRES_MAX_OVERFLOW": "8"}
 """Connections per process: eventsourcing opens its pool's size up front."""
@@ -670,7 +679,7 @@ def postgres_env(url: str) -> dict[str, str]:
 LIBPQ_OPTIONS = "POSTGRES_LIBPQ_OPTIONS"
 """The env key of the libpq parameters a ``DEVS_DATABASE_URL`` gives beyond
 host, port, user, password and database (``sslmode=require``, ...), URL-encoded;
-``devs.adapters.postgres.PostgresFactory`` hands them to every connection."""
+``devs.adapters.store.postgres.PostgresFactory`` hands them to every connection."""
 URL_PARTS = frozenset({"host", "hostaddr", "port", "user", "password", "dbname"})
 LIBPQ_PARAMETERS = frozenset(
     {
@@ -744,9 +753,11 @@ def assemble(environ: Mapping[str, str]) -> dict[str, str]:
     ``POSTGRES_POOL_SIZE``, …) are kept.
     """
     settings = Settings.from_environ(environ)
+    errors.install()  # the domain reads the store's errors whatever it is
 
     def given(key: str) -> str | None:
-        return environ.get(key) or None
+        value = environ.get(key) or None
+        return RENAMED_TOPICS.get(value, value) if value is not None else None
 
     module = given("PERSISTENCE_MODULE")
     store: dict[str, str]

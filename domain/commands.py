@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
+from enum import Enum, auto
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from eventsourcing.application import (
@@ -78,10 +79,11 @@ def _nothing(_: Task) -> None:
 
 NO_WAIT: ContextVar[bool] = ContextVar("devs_no_wait", default=False)
 """Whether the commands of this context must not wait: not for the store's
-write lock (SQLite's, or the process's one writer connection), not in the
-back-off after a lost race. Such a command raises :class:`WouldWait` instead,
-having written nothing. ``devs serve`` runs a command on its event loop this
-way, and hands it to its writer thread (where it may wait) only then."""
+write lock (another process's, or the process's one writer connection), not
+in the back-off after a lost race. Such a command raises :class:`WouldWait`
+instead, having written nothing. ``devs serve`` runs a command on its event
+loop this way, and hands it to its writer thread (where it may wait) only
+then."""
 
 
 class WouldWait(OperationalError):
@@ -90,19 +92,60 @@ class WouldWait(OperationalError):
     snapshot that would wait is skipped like one the store refused.)"""
 
 
+class Trouble(Enum):
+    """What a failure of the store says, as the store's adapter reads it."""
+
+    LOCKED = auto()
+    """Another writer holds the lock the call needed (waited for as long as
+    the store allows, or, under ``NO_WAIT``, not at all)."""
+    FULL = auto()
+    """The disk under the store is full."""
+    DAMAGED = auto()
+    """The store's file is damaged, or is not a store."""
+    READ_ONLY = auto()
+    """The store cannot be written here."""
+
+
+StoreErrorReader = Callable[[BaseException], Trouble | None]
+"""The port through which the store's adapter says what its errors mean:
+called with an error the store raised, it answers the :class:`Trouble` it
+says, or ``None`` (a failure with nothing more to say). The domain matches
+no database's error text itself."""
+
+_READERS: list[StoreErrorReader] = []
+
+
+def reads_store_errors(reader: StoreErrorReader) -> None:
+    """Read the store's errors with ``reader`` too (the store's adapter
+    installs its own when its persistence is made; once per reader)."""
+    if reader not in _READERS:
+        _READERS.append(reader)
+
+
+def trouble(error: BaseException) -> Trouble | None:
+    """What ``error``, a failure of the store, says (:data:`StoreErrorReader`);
+    :class:`WouldWait` is another writer's lock (or turn) too."""
+    if isinstance(error, WouldWait):
+        return Trouble.LOCKED
+    for reader in _READERS:
+        found = reader(error)
+        if found is not None:
+            return found
+    return None
+
+
 def locked(error: BaseException) -> bool:
-    """Whether ``error`` is another writer's lock: SQLite's ("database is
-    locked", "busy"), or, under ``NO_WAIT``, the process's writer connection
-    or an aggregate's lock (``WouldWait``)."""
-    text = str(error)
-    return isinstance(error, WouldWait) or "locked" in text or "busy" in text
+    """Whether ``error`` is another writer's lock: another process's, as the
+    store's adapter says, or, under ``NO_WAIT``, the process's writer
+    connection or an aggregate's lock (``WouldWait``)."""
+    return trouble(error) is Trouble.LOCKED
 
 
 class StoreWait:
     """What one call of the service (a command or a query, with whatever it
     calls itself) has spent waiting for the store: the store's adapter bounds
-    the call's waits in all, not each wait on its own (on PostgreSQL by
-    ``DEVS_STORE_TIMEOUT``: a command that waits for a connection, loses it,
+    the call's waits in all, not each wait on its own (on a database server
+    by ``DEVS_STORE_TIMEOUT``: a command that waits for a connection, loses it,
     waits again and then checks what it decided on waits that long in all).
 
     ``waited``: seconds spent waiting so far. ``deadline``
@@ -170,10 +213,8 @@ def store_errors(func: Callable[P, R]) -> Callable[P, R]:
 
 
 def full(error: BaseException) -> bool:
-    """Whether ``error`` says the disk under the store is full (SQLite's
-    SQLITE_FULL, an operating system's ENOSPC as PostgreSQL reports it)."""
-    text = str(error)
-    return "database or disk is full" in text or "No space left on device" in text
+    """Whether ``error`` says the disk under the store is full."""
+    return trouble(error) is Trouble.FULL
 
 
 def store_error(error: BaseException) -> StoreError:
@@ -187,19 +228,20 @@ def store_error(error: BaseException) -> StoreError:
 def describe_store_error(error: BaseException) -> str:
     """One line saying what is wrong with the store, and what to do."""
     text = str(error)
-    if full(error):
+    said = trouble(error)
+    if said is Trouble.FULL:
         return (
             f"the disk that holds the database is full ({text}): nothing was "
             "written; free space on it, then try again"
         )
-    if "not a database" in text or "malformed" in text:
+    if said is Trouble.DAMAGED:
         return f"the database file is damaged or not a devs-recovery database ({text})"
-    if locked(error):
+    if said is Trouble.LOCKED:
         return (
             f"the database stayed locked by another process longer than the "
-            f"lock timeout (SQLITE_LOCK_TIMEOUT) ({text}); try again"
+            f"store's lock timeout ({text}); try again"
         )
-    if "readonly" in text or "read-only" in text:
+    if said is Trouble.READ_ONLY:
         return f"the database cannot be written here ({text})"
     return f"the event store failed: {text}"
 
@@ -431,9 +473,11 @@ class TaskCommands(Application[str]):
         if kwargs:
             processing_event.saved_kwargs.update(kwargs)
         # The library's recording step (``Application._record``), by its public
-        # parts: the event store, then the repository's cache.
+        # parts: the event store, then the repository's cache. The events go
+        # to the recorder as well, for whatever it folds them into as it
+        # records them (it need not decode what it was given).
         recordings = self.events.put(
-            events, tracking=None, **processing_event.saved_kwargs
+            events, tracking=None, decoded=events, **processing_event.saved_kwargs
         )
         cache = self.repository.cache
         if cache is not None and not self.repository.fastforward:

@@ -1,8 +1,10 @@
-"""Every private part of eventsourcing 9.5 that devs-recovery relies on.
+"""The private parts of eventsourcing 9.5 that the domain and the read models
+rely on, whatever the store.
 
 eventsourcing's public API does what the service needs, but not always at the
 speed a decision needs, nor inside a transaction the caller already holds. Where
-the service goes below it, it goes through here, and nowhere else:
+the service goes below it, it goes through here, or, for what one store's
+classes need, through ``devs.adapters.store.internals``, and nowhere else:
 
 - each use of a private name (a method, an attribute, a field the library keeps
   to itself) is one small function below, called from where it was;
@@ -12,33 +14,40 @@ the service goes below it, it goes through here, and nowhere else:
 
 ``tests/integration/test_eventsourcing_internals.py`` pins the behaviour each
 entry relies on, so that an upgrade of eventsourcing that changes one fails
-there, naming it; it also fails when a module outside this one touches a
-private name of eventsourcing that is not declared here.
+there, naming it; it also fails when a module outside these two touches a
+private name of eventsourcing that is not declared in one of them.
 
-Nothing is imported at run time: ``eventsourcing.postgres`` and psycopg need
-the optional ``postgres`` extra, so every object is passed in and used by its
-attributes (the types are named for the type checker only).
+No store is named: a tracking recorder is any that keeps its position in the
+caller's transaction (:class:`TrackingTables`), and every object is passed in
+and used by its attributes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from eventsourcing.application import Application
     from eventsourcing.domain import BaseAggregate
-    from eventsourcing.persistence import ConnectionPool, Recording, StoredEvent
-    from eventsourcing.postgres import PostgresTrackingRecorder
+    from eventsourcing.persistence import Recording, Tracking
     from eventsourcing.projection import BaseProjectionRunner
-    from eventsourcing.sqlite import (
-        SQLiteAggregateRecorder,
-        SQLiteConnectionPool,
-        SQLiteTrackingRecorder,
-    )
 
-    TrackingRecorders = SQLiteTrackingRecorder | PostgresTrackingRecorder
+
+class TrackingTables(Protocol):
+    """A tracking recorder of eventsourcing's stores (each has these private
+    parts, by these names)."""
+
+    tracking_table_exists: bool
+    tracking_migration_previous: int | None
+    tracking_migration_current: int | None
+    table_migration_identifier: str
+
+    def _max_tracking_id(self, application_name: str, c: Any) -> int | None: ...
+
+    def _insert_tracking(self, c: Any, tracking: Tracking) -> None: ...
+
 
 EVENTSOURCING_VERSION = "9.5"
 """The release whose private parts these are (``pyproject.toml`` pins 9.5.x)."""
@@ -55,76 +64,29 @@ def notify(app: Application[Any], recordings: list[Recording[Any]]) -> None:
     app._notify(recordings)
 
 
-# ------------------------------------------------------- the SQLite store
-
-
-def insert_events(
-    recorder: SQLiteAggregateRecorder,
-    cursor: Any,
-    stored_events: Sequence[StoredEvent],
-    **kwargs: Any,
-) -> Sequence[int] | None:
-    """``SQLiteAggregateRecorder._insert_events(c, stored_events, **kwargs)``:
-    inserts the events with the cursor of a transaction the caller holds and
-    returns their notification ids, in order (``None`` for a recorder without
-    a log). ``devs.adapters.persistence.ApplicationRecorder`` holds that
-    transaction itself, without the two generator-based context managers of
-    the public ``insert_events``: every decision goes through it."""
-    return recorder._insert_events(cursor, stored_events, **kwargs)
-
-
-def give_back_writer(pool: ConnectionPool[Any]) -> None:
-    """``ConnectionPool._writer_lock`` and ``_num_writers``:
-    ``get_connection(is_writer=True)`` takes the lock and counts the writer
-    before it looks for a connection, and only ``put_connection`` undoes that.
-    When no connection can then be made, the pool's error says so
-    (``NOTHING_RETURNED`` in ``devs.adapters.persistence``) and the lock would
-    stay taken: this undoes it as ``put_connection`` does."""
-    pool._num_writers -= 1
-    pool._writer_lock.release()
-
-
-def give_back_reader(pool: ConnectionPool[Any]) -> None:
-    """``ConnectionPool._no_readers``, ``_num_readers`` and
-    ``_mutually_exclusive_read_write``: as :func:`give_back_writer`, for the
-    reader ``get_connection(is_writer=False)`` counted, as ``put_connection``
-    uncounts it (waking a writer that waits for no readers)."""
-    with pool._no_readers:
-        pool._num_readers -= 1
-        if pool._num_readers == 0 and pool._mutually_exclusive_read_write:
-            pool._no_readers.notify()
-
-
-def keep_journal_mode(pool: SQLiteConnectionPool) -> None:
-    """``SQLiteConnectionPool.is_journal_mode_wal`` (a field the pool keeps to
-    itself): set, ``_create_connection`` never asks for WAL mode. A read-only
-    pool must not (switching is a write), so it says the file is as it is."""
-    pool.is_journal_mode_wal = True
-
-
 # ------------------------------------------------------ the tracking tables
 
 
 def max_tracking_id(
-    recorder: TrackingRecorders, application_name: str, cursor: Any
+    recorder: TrackingTables, application_name: str, cursor: Any
 ) -> int | None:
-    """``_max_tracking_id(application_name, c)`` of the SQLite and PostgreSQL
-    tracking recorders: the position recorded for ``application_name`` as the
-    caller's open transaction sees it. The public ``max_tracking_id`` reads it
+    """``_max_tracking_id(application_name, c)`` of the tracking recorders:
+    the position recorded for ``application_name`` as the caller's open
+    transaction sees it. The public ``max_tracking_id`` reads it
     in a transaction of its own; a view reads it in the transaction that folds,
     under the lock that keeps two catch-ups from folding an event twice."""
     return recorder._max_tracking_id(application_name, cursor)
 
 
-def insert_tracking(recorder: TrackingRecorders, cursor: Any, tracking: Any) -> None:
-    """``_insert_tracking(c, tracking)`` of the SQLite and PostgreSQL tracking
-    recorders: records the position in the caller's open transaction, so that
-    it commits with the rows folded (``IntegrityError`` if it would not move
+def insert_tracking(recorder: TrackingTables, cursor: Any, tracking: Any) -> None:
+    """``_insert_tracking(c, tracking)`` of the tracking recorders: records
+    the position in the caller's open transaction, so that it commits with
+    the rows folded (``IntegrityError`` if it would not move
     forward). The public ``insert_tracking`` commits it alone."""
     recorder._insert_tracking(cursor, tracking)
 
 
-def note_tracking_table(recorder: TrackingRecorders, cursor: Any) -> None:
+def note_tracking_table(recorder: TrackingTables, cursor: Any) -> None:
     """``tracking_table_exists``, ``tracking_migration_previous``,
     ``tracking_migration_current`` and ``table_migration_identifier`` (fields
     the tracking recorders keep to themselves: ``create_table`` sets them
@@ -144,9 +106,10 @@ def note_tracking_table(recorder: TrackingRecorders, cursor: Any) -> None:
 
 def fetched_ahead(subscription: Any) -> bool:
     """``ListenNotifySubscription._notifications``, ``_notifications_index``
-    and ``_notifications_queue`` (the subscriptions of the PostgreSQL and
-    in-memory recorders): the page ``next()`` is going through, its place in
-    it, and the pages the pulling thread fetched since. Whether ``next()``
+    and ``_notifications_queue`` (the subscriptions of the recorders that
+    listen for new events, the in-memory one among them): the page ``next()``
+    is going through, its place in it, and the pages the pulling thread
+    fetched since. Whether ``next()``
     has an event at hand, without waiting; ``False`` for a subscription that
     has no such fields (the runner then folds one event at a time)."""
     try:
@@ -161,8 +124,9 @@ def fetched_ahead(subscription: Any) -> bool:
 def leave_thread_error(runner: BaseProjectionRunner[Any], error: BaseException) -> None:
     """``BaseProjectionRunner._thread_error``: where the event-processing
     thread leaves the error that stopped it, for ``run_forever``, ``wait`` and
-    ``__exit__`` to raise. ``ReadModelsRunner._process_events_loop`` (an
-    override, below) leaves its error there as the library's loop does."""
+    ``__exit__`` to raise. The read models' runner's
+    ``_process_events_loop`` (an override declared with the store's) leaves
+    its error there as the library's loop does."""
     runner._thread_error = error
 
 
@@ -231,44 +195,7 @@ OVERRIDES: tuple[Override, ...] = (
         "calling the class and ``create_aggregate`` go through it; ours opens "
         "a task's hash chain with the task's id.",
     ),
-    Override(
-        "eventsourcing.sqlite:SQLiteConnectionPool",
-        "_create_connection",
-        "method",
-        "(self)",
-        ("devs.adapters.persistence:SQLiteConnectionPool",),
-        "the pool makes every connection with it; ours waits out a lock met "
-        "while switching a new file to WAL, and raises the library's errors.",
-    ),
-    Override(
-        "eventsourcing.sqlite:SQLiteAggregateRecorder",
-        "_insert_events",
-        "method",
-        "(self, c, stored_events, **)",
-        ("devs.adapters.persistence:SnapshotRecorder",),
-        "``insert_events`` calls it in its transaction; ours deletes the "
-        "snapshots older than the latest two in the same transaction.",
-    ),
-    Override(
-        "eventsourcing.postgres:PostgresRecorder",
-        "_create_table",
-        "method",
-        "(self, curs)",
-        (
-            "devs.projections.pg:SerializedDDL",
-            "devs.projections.postgres:PostgresViews",
-        ),
-        "``create_table`` runs the DDL with it in one transaction; ours takes "
-        "the advisory locks first, and records the views' schema fingerprint.",
-    ),
-    Override(
-        "eventsourcing.projection:BaseProjectionRunner",
-        "_process_events_loop",
-        "staticmethod",
-        "(subscription, projection, is_stopping, runner)",
-        ("devs.projections.postgres:ReadModelsRunner",),
-        "the runner's thread runs it with these keywords; ours folds the "
-        "events already fetched in one transaction instead of one per event.",
-    ),
 )
-"""Every private method of eventsourcing that a class of ours overrides."""
+"""Every private method of eventsourcing that a class of the domain
+overrides (those of the stores' and read models' classes:
+``devs.adapters.store.internals.OVERRIDES``)."""

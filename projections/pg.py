@@ -268,7 +268,7 @@ class SerializedDDL:
         meanwhile and nothing is left to do (never, unless a recorder knows)."""
         return False
 
-    # eventsourcing's private method: declared in eventsourcing_internals.OVERRIDES
+    # eventsourcing's private method, declared in adapters/store/internals.py
     def _create_table(self, curs: Cursor[DictRow]) -> None:
         for key in self.ddl_locks:
             curs.execute("SELECT pg_advisory_xact_lock(%s)", (key,))

@@ -193,7 +193,7 @@ class PostgresViews(SerializedDDL, PostgresTrackingRecorder):
         )
         return curs.fetchone() is not None
 
-    # eventsourcing's private method: declared in eventsourcing_internals.OVERRIDES
+    # eventsourcing's private method, declared in adapters/store/internals.py
     def _create_table(self, curs: Cursor[DictRow]) -> None:
         super()._create_table(curs)
         table = SQL("{}.{}").format(
@@ -333,7 +333,7 @@ class ReadModelsRunner(ProjectionRunner[Application[Any], PostgresViews]):
     transaction per event: under load the read models keep up with the log
     (docs/performance.md)."""
 
-    # eventsourcing's private method: declared in eventsourcing_internals.OVERRIDES
+    # eventsourcing's private method, declared in adapters/store/internals.py
     @staticmethod
     def _process_events_loop(  # type: ignore[override]
         subscription: ApplicationSubscription[Any],

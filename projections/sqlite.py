@@ -1,12 +1,23 @@
-"""The SQLite read models, kept current by catching up in the calling process.
+"""The SQLite read models, folded by whoever records the events.
 
-SQLite cannot be subscribed to, so before a query the read models catch up from
-the application's notification log: whatever was recorded since each view's
-tracking position is read once per page and fed to each projection inside one
-transaction per view. A query therefore sees every command that returned
-before it, in this process or another. Catch-ups may overlap (threads,
-processes): each view's write transaction first reads the view's position and
-folds only the events past it, so no event is folded twice.
+SQLite cannot be subscribed to, so the process that records events folds them
+into the read models itself, in the transaction that records them (the
+recorder runs :meth:`SQLiteReadModels.fold_written` after its ``INSERT``s):
+the views and the log commit together, so a query only reads, sees every
+command that returned before it, in this process or another, and never waits
+for another process's write lock (WAL readers do not wait for writers). Each
+fold first reads the views' positions in that transaction and folds any gap
+before the new events (events recorded by a process that folds nothing, a
+view another process remade empty), so no event is folded twice or left out.
+A query folds such a gap itself only if the write lock is free at that moment
+(it never waits for it); a writer that dies mid-transaction leaves neither
+events nor folds.
+
+Where the recorder cannot fold (not this package's recorder, or a read-only
+database whose views live in a private file of this process), a query catches
+the views up from the notification log first, as before: whatever was
+recorded since each view's tracking position is read once per page and fed to
+each projection inside one transaction per view.
 
 :class:`SQLiteReadModels` implements the domain's
 :class:`~devs.domain.ports.ReadModels` port; ``RecoveryService`` gets it by
@@ -24,13 +35,15 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, ParamSpec, TypeVar
+from typing import Any, NamedTuple, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import (
     IntegrityError,
+    Mapper,
     Notification,
     OperationalError,
+    PersistenceError,
     Tracking,
 )
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteFactory
@@ -48,6 +61,7 @@ from devs.projections.base import (
     Handler,
     ReadModelProjection,
     SQLiteView,
+    advance,
     differences,
     persistence_error,
 )
@@ -86,6 +100,23 @@ class _Stored(NamedTuple):
     last: int
     views: dict[str, tuple[int, dict[str, Counter[tuple[Any, ...]] | None]]]
     unreadable: set[int]
+
+
+Written = Sequence[tuple[Any, int]]
+"""Recorded events, decoded, each with its log position, in log order."""
+
+
+@runtime_checkable
+class FoldsOnWrite(Protocol):
+    """A recorder that folds what it records into read models kept in its own
+    file, in the transaction that records it (``devs.adapters``' SQLite
+    application recorder)."""
+
+    mapper: Mapper[Any] | None
+
+    def fold_on_write(
+        self, fold: Callable[[SQLiteCursor, Written], None]
+    ) -> Callable[[], None]: ...
 
 
 def private_datastore(path: Path) -> SQLiteDatastore:
@@ -145,6 +176,24 @@ class SQLiteReadModels(ViewQueries):
         self._skipped: dict[int, Unreadable] = {}
         self._blocked: dict[str, Unreadable] = {}
         self._load_unreadable()
+        self._stop_folding: Callable[[], None] | None = None
+        recorder = app.recorder
+        if datastore is self._file_datastore and isinstance(recorder, FoldsOnWrite):
+            recorder.mapper = app.mapper
+            self._stop_folding = recorder.fold_on_write(self.fold_written)
+            self._fold_what_is_left()
+
+    @property
+    def folded_on_write(self) -> bool:
+        """Whether whoever records events folds them (a query only reads)."""
+        return self._stop_folding is not None
+
+    def _fold_what_is_left(self) -> None:
+        """On open, fold what the log holds past the views (written by a
+        process that folded nothing, or by a release that folded on read), if
+        the write lock is free now: else the next writer does, in its own
+        transaction (:meth:`catch_up`, which never waits)."""
+        self.catch_up()
 
     def _drop_legacy_tables(self, tasks: SQLiteView) -> None:
         """The first open by this version drops the old document views (and
@@ -199,7 +248,41 @@ class SQLiteReadModels(ViewQueries):
             last = self.app.recorder.max_notification_id() or 0
         return last, {name: found.get(name, 0) for name in self.views}
 
-    def catch_up(
+    def catch_up(self) -> int:
+        """The read models as current as a query needs them; the position
+        every one has reached.
+
+        Where the recorder folds (:attr:`folded_on_write`), they already hold
+        every event a command returned: the positions and the end of the log
+        are read, and nothing is written or waited for. Only what no writer
+        folded (events of a process that died or folds nothing, a view another
+        process remade empty) is folded here, and only if the write lock is
+        free at that moment and the fold can be written (a full disk): else
+        the answer is what is folded, and the next writer folds the rest.
+        Where the recorder does not fold, everything recorded so far is
+        folded here (:meth:`_catch_up`)."""
+        if not self.folded_on_write:
+            return self._catch_up()
+        last, positions = self._marks(with_log_end=True)
+        if positions != self._seen:  # others folded: maybe a poison event
+            self._load_unreadable()
+            self._seen = positions
+        if min(positions.values(), default=0) >= last:
+            return last
+        token = NO_WAIT.set(True)  # never wait: not for the pool, nor SQLite
+        try:
+            return self.catch_up_to(last, positions=positions)
+        except OperationalError as error:
+            # A query only reads: a fold it could not do (the lock taken, a
+            # full disk) is left to the next writer, which says why if it
+            # cannot either.
+            if not locked(error):
+                logger.warning("read models left behind the log: %s", error)
+            return min(self.positions().values(), default=0)
+        finally:
+            NO_WAIT.reset(token)
+
+    def _catch_up(
         self,
         names: Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
@@ -221,9 +304,117 @@ class SQLiteReadModels(ViewQueries):
         """Fold the log as it ends now into the named read models, waiting
         for the write lock (the connection pool's turn, then SQLite's lock
         timeout) instead of trying it without waiting: commands that hold it
-        back to back leave no gap for a fold that never waits."""
+        back to back leave no gap for a fold that never waits. Where the
+        recorder folds, they are current already: only their positions and
+        the end of the log are read."""
         last, positions = self._marks(with_log_end=True)
         return self.catch_up_to(last, names, positions=positions)
+
+    # ---------------------------------------------------------- folding on write
+
+    def fold_written(self, cursor: SQLiteCursor, written: Written) -> None:
+        """Fold ``written`` (just recorded with ``cursor``, not yet
+        committed) into every view, in the same transaction, after whatever
+        the log holds between the views' positions and those events.
+
+        A view whose table is missing (dropped by hand) is left behind, the
+        others folded: the next query of it remakes and refills it
+        (:meth:`_ask`). Any other failure fails the recording."""
+        if not written:
+            return
+        first, last = written[0][1], written[-1][1]
+        positions = self._positions_in(cursor)
+        start = min(positions.values(), default=0)
+        if start >= last:
+            return
+        page: list[tuple[Any, int]] = []
+        while start < first - 1:  # a gap: fold it first
+            notifications = self._notifications_in(cursor, start, first - 1)
+            if not notifications:
+                break
+            page += self._decode(notifications, cursor)
+            start = notifications[-1].id
+        page += written
+        cursor.execute("SAVEPOINT devs_fold")
+        try:
+            advanced = self._fold_in(cursor, page, positions, last, self.names)
+        except (sqlite3.Error, PersistenceError) as error:
+            cursor.execute("ROLLBACK TO devs_fold")
+            if not _missing_table(error):
+                raise
+            advanced = {}
+            for name in self.names:  # each on its own: the whole ones go on
+                cursor.execute("SAVEPOINT devs_fold_one")
+                try:
+                    advanced |= self._fold_in(cursor, page, positions, last, [name])
+                except (sqlite3.Error, PersistenceError) as each:
+                    cursor.execute("ROLLBACK TO devs_fold_one")
+                    if not _missing_table(each):
+                        raise
+                    logger.warning("read model %r left behind: %s", name, each)
+                cursor.execute("RELEASE devs_fold_one")
+        advance(cursor, advanced)
+        cursor.execute("RELEASE devs_fold")
+
+    def _fold_in(
+        self,
+        cursor: SQLiteCursor,
+        page: Written,
+        positions: dict[str, int],
+        last: int,
+        names: Sequence[str],
+    ) -> dict[str, int]:
+        """Fold ``page`` into the named views with ``cursor``; the tracking
+        name and new position of each view that moved."""
+        advanced: dict[str, int] = {}
+        for name in names:
+            current = positions[name]
+            if current >= last:
+                continue
+            view, projection = self.views[name], self.projections[name]
+            with view.folding_in(cursor):
+                for domain_event, notification_id in page:
+                    if notification_id <= current:
+                        continue
+                    handler = self._handler(name, type(domain_event))
+                    if handler is not None:
+                        tracking = Tracking(view.tracking_name, notification_id)
+                        handler(projection, domain_event, tracking)
+            advanced[view.tracking_name] = last
+        return advanced
+
+    def _positions_in(self, cursor: SQLiteCursor) -> dict[str, int]:
+        """Each view's position as ``cursor``'s transaction sees it."""
+        names = {view.tracking_name: name for name, view in self.views.items()}
+        cursor.execute(
+            "SELECT application_name, notification_id FROM tracking "
+            f"WHERE application_name IN ({', '.join('?' for _ in names)})",
+            tuple(names),
+        )
+        found = {names[row[0]]: row[1] for row in cursor.fetchall()}
+        return {name: found.get(name, 0) for name in self.views}
+
+    def _notifications_in(
+        self, cursor: SQLiteCursor, after: int, stop: int
+    ) -> list[Notification]:
+        """A page of the log after position ``after`` up to ``stop``, read
+        with ``cursor`` (the recorder's own statement, in its transaction)."""
+        cursor.execute(
+            "SELECT rowid, originator_id, originator_version, topic, state "
+            f"FROM {self._events_table} WHERE rowid > ? AND rowid <= ? "
+            "ORDER BY rowid LIMIT ?",
+            (after, stop, PAGE_SIZE),
+        )
+        return [
+            Notification(
+                id=row[0],
+                originator_id=row[1],
+                originator_version=row[2],
+                topic=row[3],
+                state=row[4],
+            )
+            for row in cursor.fetchall()
+        ]
 
     def wait_for(self, position: int, timeout: float) -> int:
         """Fold the log up to ``position`` into every read model; the position
@@ -350,8 +541,13 @@ class SQLiteReadModels(ViewQueries):
                 progress(start, last)
         self._load_unreadable()
 
-    def _decode(self, notifications: Sequence[Notification]) -> list[tuple[Any, int]]:
-        """The page's domain events; undecodable ones are recorded and left out."""
+    def _decode(
+        self,
+        notifications: Sequence[Notification],
+        cursor: SQLiteCursor | None = None,
+    ) -> list[tuple[Any, int]]:
+        """The page's domain events; undecodable ones are recorded (with
+        ``cursor``, in its transaction, if given) and left out."""
         page: list[tuple[Any, int]] = []
         found: list[Unreadable] = []
         for notification in notifications:
@@ -378,7 +574,11 @@ class SQLiteReadModels(ViewQueries):
             for event in found:
                 logger.error("read models skip it: %s", event.describe())
                 self._skipped[event.position] = event
-            self.unreadable.record(found)
+                self._blocked.setdefault(event.originator_id, event)
+            if cursor is None:
+                self.unreadable.record(found)
+            else:
+                self.unreadable.add(found, cursor)
         return page
 
     def _load_unreadable(self) -> None:
@@ -436,7 +636,7 @@ class SQLiteReadModels(ViewQueries):
             every = set(selected) == set(self.views)
             self._swap_in(path, selected, last, found, every=every)
         self._load_unreadable()
-        return self.catch_up(selected)
+        return self._catch_up(selected)
 
     def _beside(self, path: Path) -> SQLiteReadModels:
         """Fresh read models of the same log in another file."""
@@ -597,7 +797,11 @@ class SQLiteReadModels(ViewQueries):
         return _Stored(last, views, unreadable)
 
     def close(self) -> None:
-        """Close the connections of a datastore of its own (a private one)."""
+        """Close the connections of a datastore of its own (a private one),
+        and stop folding what the recorder records."""
+        if self._stop_folding is not None:
+            self._stop_folding()
+            self._stop_folding = None
         if self.datastore is not self._file_datastore:
             self.datastore.pool.close()
         if self._private is not None:
@@ -632,5 +836,5 @@ class SQLiteReadModels(ViewQueries):
             if not _missing_table(error):
                 raise
             self.repair()  # or another process just did
-            self.catch_up()
+            self._catch_up()
             return question()

@@ -449,10 +449,8 @@ def test_a_damaged_database_is_one_line_and_exit_9(
 def test_verify_exits_0_when_ok_and_1_with_problems(devs: Devs) -> None:
     devs("task", "start", "t1")
     devs("lesson", "t1", "patch the regex", "it cannot nest")
-    behind = devs("verify").stdout  # no query has read the lesson yet
-    assert behind.startswith("ok: 9 read models match the log as far as they")
-    assert "(position 0 of 2; the next query reads the rest)" in behind
-    devs("lessons", "t1")
+    # The command that recorded the lesson folded it (docs/read-models.md):
+    # nothing is behind, though no query has read it yet.
     ok = devs("verify")
     assert ok.stdout.startswith("ok: 9 read models match the log up to position 2")
     with sqlite3.connect(devs.db) as connection:

@@ -18,7 +18,7 @@ import pytest
 from eventsourcing.persistence import ConnectionUnavailableError
 
 from devs.adapters.config import Settings, open_service
-from devs.adapters.persistence import NOTHING_RETURNED, SQLiteConnectionPool
+from devs.adapters.store.persistence import NOTHING_RETURNED, SQLiteConnectionPool
 from devs.domain import NotCaughtUp
 from devs.domain.commands import NO_WAIT, WouldWait
 from tests.helpers import event_count
@@ -155,7 +155,7 @@ def test_the_busy_wait_is_off_under_no_wait_and_back_on_after(db_path: Path) -> 
 def test_eventsourcing_s_pool_says_when_it_took_the_writer_lock_in_vain(
     db_path: Path,
 ) -> None:
-    """Pins the message the pool relies on (adapters/persistence.py): a pool
+    """Pins the message the pool relies on (adapters/store/persistence.py): a pool
     out of connections after taking the writer lock says NOTHING_RETURNED,
     and the lock is given back; its other time-outs took nothing."""
     pool = SQLiteConnectionPool(
@@ -192,22 +192,36 @@ def test_a_task_another_thread_decides_on_would_wait(db_path: Path) -> None:
     service.close()
 
 
-def test_a_query_whose_read_models_lag_waits_for_the_lock_at_most_the_read_wait(
+def test_a_query_never_waits_a_read_after_a_lagging_position_waits_the_read_wait(
     db_path: Path,
 ) -> None:
-    """The views live in the log's file: folding what they lack needs the
-    write lock. While another process holds it, a query tries again for at
-    most DEVS_READ_WAIT, then says so (504 over HTTP) — not the lock timeout
-    (30 s) of each of many tries."""
+    """The writer folded what it recorded: while another process holds the
+    write lock, a query answers at once. A read after a position the views
+    lack (recorded by a process that folds nothing) must fold it, which needs
+    the write lock: it tries again for at most DEVS_READ_WAIT, then says so
+    (504 over HTTP) — not the lock timeout (30 s) of each of many tries."""
     reader = open_service(Settings(db=str(db_path), read_wait=1))
     writer = open_service(Settings(db=str(db_path)))
-    writer.start_task("t")  # the reader's read models lack it
+    writer.start_task("t")
     with write_locked(db_path):
         started = time.monotonic()
-        with pytest.raises(NotCaughtUp, match="within 1 s: another writer holds"):
+        assert [entry.task_id for entry in reader.tasks()] == ["t"]
+        assert time.monotonic() - started < 1
+    writer.read_models.close()  # records, folds no more
+    with writer.written() as written:
+        writer.start_task("u")
+    assert written.position is not None
+    with write_locked(db_path):
+        started = time.monotonic()
+        assert [entry.task_id for entry in reader.tasks()] == ["t"]  # as folded
+        with (
+            reader.reading_after(written.position),
+            pytest.raises(NotCaughtUp, match="within 1 s: another writer holds"),
+        ):
             reader.tasks()
         assert time.monotonic() - started < 10
-        assert writer.task("t").state == "RUNNING"  # reading the log still works
-    assert [entry.task_id for entry in reader.tasks()] == ["t"]
+        assert writer.task("u").state == "RUNNING"  # reading the log still works
+    with reader.reading_after(written.position):
+        assert [entry.task_id for entry in reader.tasks()] == ["t", "u"]
     reader.close()
     writer.close()

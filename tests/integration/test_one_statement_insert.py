@@ -1,6 +1,8 @@
-"""One event is recorded by one ``INSERT`` (``devs.adapters.persistence.
-OneStatement``): no ``BEGIN``, no ``COMMIT`` statement, SQLite's own
-transaction around the statement. Several events still go in one
+"""One event with nothing to fold is recorded by one ``INSERT``
+(``devs.adapters.store.persistence.OneStatement``): no ``BEGIN``, no
+``COMMIT`` statement, SQLite's own transaction around the statement. (The
+service's read models fold on write: its decisions are one transaction with
+their fold.) Several events still go in one
 ``BEGIN`` ... ``COMMIT``. Either way the store holds the same rows, a refused
 event leaves nothing behind and no transaction open, and the connection's
 one-entry statement cache keeps the ``INSERT`` prepared from one decision to
@@ -17,7 +19,7 @@ import pytest
 from eventsourcing import sqlite as es_sqlite
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
-from devs.adapters.persistence import ApplicationRecorder, OneStatement
+from devs.adapters.store.persistence import ApplicationRecorder, OneStatement
 from devs.domain import Policy, RecoveryService
 
 
@@ -138,11 +140,16 @@ def test_one_statement_ends_as_the_library_s_transaction_does() -> None:
         pool.close()
 
 
-def test_decisions_prepare_their_insert_once(tmp_path: Path) -> None:
-    """A failed gate, again and again, runs nothing but its INSERT on its
-    connection, so the statement stays in the connection's statement cache
-    (eventsourcing's connections cache one statement: a ``BEGIN`` before it
-    evicted it each time)."""
+def test_decisions_fold_in_their_transaction_and_alone_are_one_insert(
+    tmp_path: Path,
+) -> None:
+    """A failed gate is one transaction with its fold of the read models:
+    ``BEGIN``, its ``INSERT``, the views' positions, the fold (in a
+    savepoint), every view's
+    position in one statement, ``COMMIT``. With nothing to fold, it runs
+    nothing but its INSERT on its connection, so the statement stays in the
+    connection's statement cache (eventsourcing's connections cache one
+    statement: a ``BEGIN`` before it evicted it each time)."""
     app = RecoveryService(
         env={"SQLITE_DBNAME": str(tmp_path / "devs.sqlite")},
         policy=Policy(escalation_threshold=100, handoff_threshold=100),
@@ -155,12 +162,25 @@ def test_decisions_prepare_their_insert_once(tmp_path: Path) -> None:
         ran: list[str] = []
         raw(connection).set_trace_callback(ran.append)
         pool.put_connection(connection)
+        app.record_gate("t", 1, gate="tests", error="assert 1 == 2")
+        said = [shown(statement) for statement in ran]
+        assert said[:4] == [
+            "BEGIN",
+            "INSERT INTO stored_events",
+            "SELECT application_name, notification_id",
+            "SAVEPOINT devs_fold",
+        ]
+        assert said[-3:] == ["INSERT INTO tracking", "RELEASE devs_fold", "COMMIT"]
+        assert (said.count("BEGIN"), said.count("COMMIT")) == (1, 1)
+
+        app.read_models.close()  # nothing folds on write any more
+        ran.clear()
         for _ in range(5):
             app.record_gate("t", 1, gate="tests", error="assert 1 == 2")
         assert [shown(statement) for statement in ran] == [
             "INSERT INTO stored_events"
         ] * 5
-        assert app.task("t").consecutive_failures == 6
+        assert app.task("t").consecutive_failures == 7
         assert app.verify().ok
     finally:
         app.close()

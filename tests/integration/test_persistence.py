@@ -20,10 +20,11 @@ from eventsourcing.tests import persistence as contract
 from pydantic import BaseModel
 
 from devs.adapters.config import Settings, open_service, sqlite_path
-from devs.adapters.persistence import (
+from devs.adapters.store.persistence import (
     ApplicationRecorder,
     OrjsonTranscoder,
     SnapshotRecorder,
+    SQLiteConnectionPool,
 )
 from devs.domain import Policy, RecoveryService, StoreError
 from devs.domain.task import Task
@@ -360,15 +361,15 @@ def test_a_lock_met_while_opening_is_waited_out(
 ) -> None:
     """Switching a new file to WAL reports "database is locked" at once (no
     busy wait) when another process holds a lock; opening tries again."""
-    original = es_sqlite.SQLiteConnectionPool._create_connection
+    original = SQLiteConnectionPool._connect  # the library's steps
     refusals = [sqlite3.OperationalError("database is locked")] * 2
 
-    def contended(pool: es_sqlite.SQLiteConnectionPool) -> es_sqlite.SQLiteConnection:
+    def contended(pool: SQLiteConnectionPool) -> es_sqlite.SQLiteConnection:
         if refusals:
             raise refusals.pop()
         return original(pool)
 
-    monkeypatch.setattr(es_sqlite.SQLiteConnectionPool, "_create_connection", contended)
+    monkeypatch.setattr(SQLiteConnectionPool, "_connect", contended)
     with open_service(Settings(db=str(db_path))) as app:
         app.start_task("t1")
     assert refusals == []
@@ -377,10 +378,10 @@ def test_a_lock_met_while_opening_is_waited_out(
 def test_a_lock_held_past_the_timeout_is_a_store_error(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def locked(pool: es_sqlite.SQLiteConnectionPool) -> es_sqlite.SQLiteConnection:
+    def locked(pool: SQLiteConnectionPool) -> es_sqlite.SQLiteConnection:
         raise sqlite3.OperationalError("database is locked")
 
-    monkeypatch.setattr(es_sqlite.SQLiteConnectionPool, "_create_connection", locked)
+    monkeypatch.setattr(SQLiteConnectionPool, "_connect", locked)
     with pytest.raises(StoreError, match="stayed locked by another process"):
         open_service(Settings(db=str(db_path)), env={"SQLITE_LOCK_TIMEOUT": "1"})
 
@@ -395,11 +396,11 @@ def test_a_connection_that_cannot_be_made_gives_back_the_writer_lock(
         connection.close()
     pool._pool.clear()
 
-    def locked(pool: es_sqlite.SQLiteConnectionPool) -> es_sqlite.SQLiteConnection:
+    def locked(pool: SQLiteConnectionPool) -> es_sqlite.SQLiteConnection:
         raise sqlite3.OperationalError("database is locked")
 
     with monkeypatch.context() as patch:
-        patch.setattr(es_sqlite.SQLiteConnectionPool, "_create_connection", locked)
+        patch.setattr(SQLiteConnectionPool, "_connect", locked)
         with pytest.raises(DatabaseError, match="locked"):
             pool.get_connection(is_writer=True)  # what a command's insert asks
     app.start_task("c")  # the writer lock was given back

@@ -32,7 +32,7 @@ LAYERS = {
 # ``postgres`` extra's three and the ``langgraph`` extra's adapter; the pytest
 # plugin needs pytest (loaded by pytest only).
 OPTIONAL = {
-    "devs.adapters.postgres",
+    "devs.adapters.store.postgres",
     "devs.projections.pg",
     "devs.projections.postgres",
     "devs.adapters.langgraph",

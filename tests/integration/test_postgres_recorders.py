@@ -26,7 +26,7 @@ from eventsourcing.utils import Environment
 from psycopg.sql import SQL, Identifier
 
 from devs.adapters.config import postgres_env
-from devs.adapters.postgres import PostgresApplicationRecorder, PostgresFactory
+from devs.adapters.store.postgres import PostgresApplicationRecorder, PostgresFactory
 from devs.projections.postgres import PostgresViews
 from tests.helpers import wait_until
 

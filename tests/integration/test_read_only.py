@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from devs.adapters import persistence
 from devs.adapters.config import Settings, open_service
+from devs.adapters.store import persistence
 from devs.domain import RecoveryService, StoreError
 from devs.projections.sqlite import SQLiteReadModels
 from tests.helpers import event_count, table_rows

@@ -3,6 +3,8 @@
 Before, a query whose read models had to fold new events met SQLite's
 "database or disk is full", took it for a lost race, tried twenty times and
 said "too many concurrent updates"; a command said "the event store failed".
+Now whoever records events folds them, so a query only reads and answers; a
+fold of events another process left unfolded still says a full disk.
 The disk here is really full: the database lives on a small tmpfs, filled by
 another file until the filesystem says ENOSPC (root only: mounting needs it).
 """
@@ -59,29 +61,37 @@ def fill(folder: Path) -> Path:
     return filler
 
 
-def history(service: RecoveryService) -> None:
-    """Events the read models have folded, then some they have not."""
+def history(service: RecoveryService, db: Path) -> int:
+    """Events the read models have folded, then some they have not (recorded
+    by a process that folds nothing); the log position of the last."""
     service.start_task("folded")
-    service.tasks()
-    for n in range(5):
-        service.start_task(f"late-{n}")
+    with open_service(Settings(db=str(db))) as unfolding:
+        unfolding.read_models.close()  # records, folds no more
+        with unfolding.written() as written:
+            for n in range(5):
+                unfolding.start_task(f"late-{n}")
+    assert written.position is not None
+    return written.position
 
 
-def test_a_command_and_a_query_on_a_full_disk_say_so(small_disk: Path) -> None:
-    service = open_service(Settings(db=str(small_disk / "devs.sqlite")))
+def test_a_command_and_a_fold_on_a_full_disk_say_so(small_disk: Path) -> None:
+    db = small_disk / "devs.sqlite"
+    service = open_service(Settings(db=str(db)))
     try:
-        history(service)
+        last = history(service, db)
         filler = fill(small_disk)
         with pytest.raises(StoreFull, match="disk that holds the database is full"):
             service.start_task("new")
+        # A query only reads: it answers from what is folded.
+        assert [entry.task_id for entry in service.tasks()] == ["folded"]
         with pytest.raises(StoreFull, match="disk that holds the database is full"):
-            service.tasks()  # its read models must fold the late tasks first
+            service.wait_for(last, timeout=5)  # the late tasks must be folded
         with pytest.raises(StoreError) as again:
-            service.tasks()  # asked again: the same, never a race
+            service.wait_for(last, timeout=5)  # asked again: the same, never a race
         assert "concurrent" not in str(again.value)
         # Space freed: everything works again, nothing was lost.
         filler.unlink()
-        service.start_task("new")
+        service.start_task("new")  # its fold folds the late tasks too
         names = {entry.task_id for entry in service.tasks()}
         assert names == {"folded", "new"} | {f"late-{n}" for n in range(5)}
     finally:
@@ -100,12 +110,13 @@ def test_over_http_a_full_disk_is_a_507_that_names_it(small_disk: Path) -> None:
             assert created.status_code == 201, created.text
         filler = fill(small_disk)
         refused = server.client.post("/tasks", json={"task_id": "new"})
-        listed = server.client.get("/tasks")
-        for answer in (refused, listed):
-            assert answer.status_code == 507, answer.text
-            assert answer.json()["error"] == "store_full"
-            assert "disk that holds the database is full" in answer.json()["detail"]
-            assert int(answer.headers["Retry-After"]) >= 1
+        assert refused.status_code == 507, refused.text
+        assert refused.json()["error"] == "store_full"
+        assert "disk that holds the database is full" in refused.json()["detail"]
+        assert int(refused.headers["Retry-After"]) >= 1
+        listed = server.client.get("/tasks")  # a query only reads: it answers
+        assert listed.status_code == 200, listed.text
+        assert len(listed.json()) == 6
         assert server.client.get("/healthz").status_code == 200
         filler.unlink()
         assert server.client.post("/tasks", json={"task_id": "new"}).status_code == 201

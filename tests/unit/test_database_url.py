@@ -14,7 +14,7 @@ from devs.domain import InvalidInput
 def test_a_tcp_url() -> None:
     env = postgres_env("postgresql://devs:p%40ss@db.example:6543/referee")
     assert env == {
-        "PERSISTENCE_MODULE": "devs.adapters.postgres:PostgresFactory",
+        "PERSISTENCE_MODULE": "devs.adapters.store.postgres:PostgresFactory",
         "POSTGRES_DBNAME": "referee",
         "POSTGRES_HOST": "db.example",
         "POSTGRES_PORT": "6543",

@@ -1,6 +1,6 @@
 """eventsourcing's PostgreSQL persistence, with its tables created one process
 at a time and events inserted in one round trip
-(``PERSISTENCE_MODULE=devs.adapters.postgres:PostgresFactory``, which
+(``PERSISTENCE_MODULE=devs.adapters.store.postgres:PostgresFactory``, which
 ``DEVS_DATABASE_URL`` selects). Imported only on PostgreSQL: it needs the
 ``postgres`` extra (psycopg)."""
 
@@ -29,6 +29,7 @@ from devs.adapters.config import (
     LIBPQ_OPTIONS,
     STORE_TIMEOUT_ENV,
 )
+from devs.adapters.store import errors
 from devs.domain.commands import STORE_WAIT
 from devs.domain.errors import StoreUnavailable
 from devs.projections.pg import SerializedDDL
@@ -397,6 +398,7 @@ class PostgresApplicationRecorder(
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
+        kwargs.pop("decoded", None)  # the events as the commands hold them
         if (
             any(value is not None for value in kwargs.values())  # tracking
             or self.datastore.enable_db_functions
@@ -432,6 +434,7 @@ class PostgresFactory(es_postgres.PostgresFactory):
 
     def __init__(self, env: Environment | EnvType | None) -> None:
         super().__init__(env)
+        errors.install()
         options = self.env.get(LIBPQ_OPTIONS)
         if options:
             # The pool is not open yet: its first connection has them too.

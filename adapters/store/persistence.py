@@ -16,7 +16,7 @@ import os
 import random
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, cast
@@ -28,6 +28,7 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import (
     ConnectionUnavailableError,
     DatabaseError,
+    InterfaceError,
     Mapper,
     OperationalError,
     PersistenceError,
@@ -37,7 +38,7 @@ from eventsourcing.persistence import (
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ValidationError
 
-from devs.domain import eventsourcing_internals
+from devs.adapters.store import errors, internals
 from devs.domain.commands import NO_WAIT, WouldWait, locked
 from devs.domain.errors import UnreadableEvent
 from devs.domain.redaction import redact
@@ -125,6 +126,9 @@ NOTHING_RETURNED = "Timed out waiting for return of connection"
 """eventsourcing's pool says this when it ran out of connections after taking
 the writer lock (or counting a reader); its other time-outs took nothing."""
 DEFAULT_LOCK_TIMEOUT = es_sqlite.SQLITE3_DEFAULT_LOCK_TIMEOUT
+CACHED_STATEMENTS = 64
+"""Statements each connection keeps compiled (sqlite3's default is 128;
+eventsourcing asks for one)."""
 
 
 NO_BUSY_WAIT: ContextVar[bool] = ContextVar("devs_no_busy_wait", default=False)
@@ -150,7 +154,7 @@ class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
         self._not_waiting: set[int] = set()
         """Connections handed out under ``NO_WAIT`` (their busy wait is off)."""
         if read_only:
-            eventsourcing_internals.keep_journal_mode(self)  # never switched here
+            internals.keep_journal_mode(self)  # never switched here
 
     def get_connection(
         self, timeout: float | None = None, is_writer: bool | None = None
@@ -203,13 +207,43 @@ class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
         else:
             self._not_waiting.discard(id(connection))
 
+    def _connect(self) -> es_sqlite.SQLiteConnection:
+        """The library's ``_create_connection`` step for step, with a
+        statement cache of :data:`CACHED_STATEMENTS` where the library keeps
+        one statement: a decision runs its ``INSERT`` and the fold of the
+        read models, a dozen statements, and each would be compiled again."""
+        try:
+            connection = sqlite3.connect(
+                database=self.db_name,
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,  # autocommit: transactions are explicit
+                cached_statements=CACHED_STATEMENTS,
+                timeout=self.lock_timeout or DEFAULT_LOCK_TIMEOUT,
+            )
+        except (sqlite3.Error, TypeError) as error:
+            raise InterfaceError(error) from error
+        try:
+            if not self.is_sqlite_memory_mode and not self.is_journal_mode_wal:
+                cursor = connection.cursor()
+                cursor.execute("PRAGMA journal_mode;")
+                if cursor.fetchone()[0].lower() != "wal":
+                    cursor.execute("PRAGMA journal_mode=WAL;")
+                    self.journal_mode_was_changed_to_wal = True
+                self.is_journal_mode_wal = True
+        except BaseException:
+            connection.close()
+            raise
+        connection.row_factory = sqlite3.Row
+        return es_sqlite.SQLiteConnection(sqlite_conn=connection, max_age=self.max_age)
+
     def _give_back(self, is_writer: bool | None) -> None:
         if is_writer is True:
-            eventsourcing_internals.give_back_writer(self)
+            internals.give_back_writer(self)
         elif is_writer is False:
-            eventsourcing_internals.give_back_reader(self)
+            internals.give_back_reader(self)
 
-    # eventsourcing's private method: declared in eventsourcing_internals.OVERRIDES
+    # eventsourcing's private method: declared in internals.OVERRIDES
     def _create_connection(self) -> es_sqlite.SQLiteConnection:
         """A new connection; a lock met while switching a new file to WAL is
         waited out (up to the lock timeout).
@@ -221,11 +255,11 @@ class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
         deadline = time.monotonic() + (self.lock_timeout or 5)
         while True:
             try:
-                connection = super()._create_connection()
+                connection = self._connect()
                 self._not_waiting.discard(id(connection))  # an id used before
                 return connection
             except sqlite3.OperationalError as error:
-                if "locked" not in str(error) or time.monotonic() > deadline:
+                if not locked(error) or time.monotonic() > deadline:
                     raise DatabaseError(error) from error
                 time.sleep(random.uniform(0.005, 0.05))
             except sqlite3.Error as error:  # e.g. "file is not a database"
@@ -268,7 +302,7 @@ class SnapshotRecorder(es_sqlite.SQLiteAggregateRecorder):
 
     KEEP = 2
 
-    # eventsourcing's private method: declared in eventsourcing_internals.OVERRIDES
+    # eventsourcing's private method: declared in internals.OVERRIDES
     def _insert_events(
         self,
         c: es_sqlite.SQLiteCursor,
@@ -307,9 +341,17 @@ class OneStatement(es_sqlite.SQLiteTransaction):
         return self.connection.cursor()
 
 
+Fold = Callable[[es_sqlite.SQLiteCursor, Sequence[tuple[Any, int]]], None]
+"""What folds recorded events into read models kept in the same file: called
+with the cursor of the transaction that recorded them (not yet committed) and
+each event, decoded, with its log position."""
+
+
 class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
     """eventsourcing's application recorder; ``insert_events`` takes the same
-    steps without the two generator-based context managers around them.
+    steps without the two generator-based context managers around them, and
+    folds the events it records into the read models registered with
+    :meth:`fold_on_write`, in the same transaction.
 
     Every decision goes through here: a connection from eventsourcing's pool,
     for writing, and eventsourcing's ``SQLiteTransaction`` on it (``BEGIN``,
@@ -317,14 +359,32 @@ class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
     closed after. The library's ``datastore.transaction`` wraps the same in two
     ``contextmanager`` generators, which cost a few microseconds per commit.
 
-    One event (most decisions record one) is one ``INSERT``
-    (:class:`OneStatement`): SQLite makes a statement a transaction of its
-    own, as atomic and as durable as ``BEGIN``, ``INSERT``, ``COMMIT``.
+    Whoever records events folds them: a query then only reads, and never
+    waits for another process's write lock (docs/architecture.md). One event
+    recorded with no read model to fold (most decisions record one) is one
+    ``INSERT`` (:class:`OneStatement`): SQLite makes a statement a
+    transaction of its own, as atomic and as durable as ``BEGIN``,
+    ``INSERT``, ``COMMIT``.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.folds: list[Fold] = []
+        """The folds run in every transaction that records events."""
+
+    def fold_on_write(self, fold: Fold) -> Callable[[], None]:
+        """Run ``fold`` in the transaction of every recording, after the
+        events; returns what stops it. A fold that fails fails the recording
+        (nothing is written): the read models never miss an event that a
+        command returned."""
+        self.folds.append(fold)
+        return lambda: self.folds.remove(fold)
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
+        domain_events: Sequence[Any] | None = kwargs.pop("decoded", None)
+        folds = self.folds
         pool = self.datastore.pool
         connection = pool.get_connection(is_writer=True)
         try:
@@ -332,19 +392,45 @@ class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
             # one INSERT per event, its rowid read back).
             transaction = (
                 OneStatement(connection, commit=True)
-                if len(stored_events) == 1
+                if len(stored_events) == 1 and not folds
                 else es_sqlite.SQLiteTransaction(connection, commit=True)
             )
             with transaction as cursor, cursor:
-                return eventsourcing_internals.insert_events(
-                    self, cursor, stored_events, **kwargs
-                )
+                ids = internals.insert_events(self, cursor, stored_events, **kwargs)
+                if folds and ids:
+                    written = list(
+                        zip(
+                            self._decoded(stored_events, domain_events),
+                            ids,
+                            strict=True,
+                        )
+                    )
+                    for fold in folds:
+                        fold(cursor, written)
+                return ids
         except OperationalError as error:
             if NO_WAIT.get() and locked(error):
                 raise WouldWait(str(error)) from error  # rolled back: nothing written
             raise
         finally:
             pool.put_connection(connection)
+
+    def _decoded(
+        self, stored_events: Sequence[StoredEvent], domain_events: Sequence[Any] | None
+    ) -> Sequence[Any]:
+        """The domain events recorded: as given by the caller (the commands
+        pass the events they stored), else decoded from the stored ones."""
+        if domain_events is not None and len(domain_events) == len(stored_events):
+            return domain_events
+        mapper = self.mapper
+        if mapper is None:
+            msg = "a recorder that folds read models needs the application's mapper"
+            raise DatabaseError(msg)
+        return [mapper.to_domain_event(stored) for stored in stored_events]
+
+    mapper: Mapper[Any] | None = None
+    """The application's mapper, set by whoever registers a fold (to decode
+    events recorded without theirs)."""
 
 
 class SQLiteFactory(es_sqlite.SQLiteFactory):
@@ -362,6 +448,7 @@ class SQLiteFactory(es_sqlite.SQLiteFactory):
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
+        errors.install()
         pool = self.datastore.pool  # not opened yet: connections are lazy
         uri = read_only_uri(pool.db_name)
         self.read_only = uri is not None
