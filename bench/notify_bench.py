@@ -84,7 +84,8 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from devs.adapters.config import Settings, open_service
-from devs.adapters.notifier import Background, Sender, notify_settings
+from devs.adapters.notify.sender import Background, Sender
+from devs.adapters.notify.settings import notify_settings
 from devs.domain import Policy
 
 if TYPE_CHECKING:

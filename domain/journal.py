@@ -4,7 +4,9 @@ One mechanism for both: after a command's events are recorded, each one is
 described once (:func:`describe`) as a decision-log line on the
 ``devs.decisions`` logger, and the ones a human must see become
 :class:`~devs.domain.decisions.Notification` objects (:func:`notification`),
-whether they come from a save just now or from reading the log later. Texts in
+whether they come from a save just now or from reading the log later. The
+names (the line's ``event``, the notification's ``kind``) are the
+vocabulary's (:mod:`devs.domain.vocabulary`); this module adds the fields. Texts in
 events were redacted before they were recorded, so no line carries a secret.
 """
 
@@ -22,7 +24,6 @@ from devs.domain.names import (
     HUMAN_DEADLINE,
     HumanAction,
     LogEvent,
-    NotificationKind,
     SessionReason,
 )
 from devs.domain.operators import Operators
@@ -30,6 +31,7 @@ from devs.domain.receipt import Receipt
 from devs.domain.redaction import excerpt
 from devs.domain.run import Run
 from devs.domain.task import Task, TaskEvent, task_id_of
+from devs.domain.vocabulary import kind_of, log_event
 
 logger = logging.getLogger("devs.decisions")
 # A library does not decide where logs go: without a handler configured by the
@@ -81,17 +83,17 @@ def _run(domain_event: Run.Event | Run.Started, **fields: Any) -> dict[str, Any]
 
 @describe.register
 def _(e: Task.Started) -> Line:
-    return LogEvent.TASK_STARTED, _task(e, run_id=e.run_id, agent=e.agent)
+    return log_event(Task.Started), _task(e, run_id=e.run_id, agent=e.agent)
 
 
 @describe.register
 def _(e: Task.AttemptBegan) -> Line:
-    return LogEvent.ATTEMPT_BEGAN, _task(e)
+    return log_event(Task.AttemptBegan), _task(e)
 
 
 @describe.register
 def _(e: Task.BlacklistedStrategyAttempted) -> Line:
-    return LogEvent.BLACKLISTED_STRATEGY_ATTEMPTED, _task(
+    return log_event(Task.BlacklistedStrategyAttempted), _task(
         e,
         consecutive_failures=e.consecutive_failures,
         error_hash=e.failure.error_hash,
@@ -101,13 +103,13 @@ def _(e: Task.BlacklistedStrategyAttempted) -> Line:
 
 @describe.register
 def _(e: Task.GatePassed) -> Line:
-    return LogEvent.GATE_PASSED, _task(e, gate=e.gate)
+    return log_event(Task.GatePassed), _task(e, gate=e.gate)
 
 
 @describe.register
 def _(e: Task.GateFailed) -> Line:
     failure = e.failure
-    return LogEvent.GATE_FAILED, _task(
+    return log_event(Task.GateFailed), _task(
         e,
         gate=failure.gate,
         reason=failure.reason,
@@ -119,7 +121,7 @@ def _(e: Task.GateFailed) -> Line:
 
 @describe.register
 def _(e: Task.Escalated) -> Line:
-    return LogEvent.ESCALATION_TRIGGERED, _task(
+    return log_event(Task.Escalated), _task(
         e,
         consecutive_failures=e.report.failure_count,
         error_hash=e.report.last_error_hash,
@@ -129,7 +131,7 @@ def _(e: Task.Escalated) -> Line:
 
 @describe.register
 def _(e: Task.HandedOff) -> Line:
-    return LogEvent.HAND_OFF_REQUIRED, _task(
+    return log_event(Task.HandedOff), _task(
         e,
         consecutive_failures=e.payload.failure_count,
         error_hash=e.payload.last_error_hash,
@@ -142,22 +144,24 @@ def _(e: Task.HandedOff) -> Line:
 def _(e: Task.Paused) -> Line:
     session = e.session
     if session.reason is SessionReason.ENTROPY_LIMIT:
-        return LogEvent.ENTROPY_LIMIT, _task(
+        return log_event(Task.Paused, 1), _task(
             e, session_id=session.session_id, entropy_score=session.entropy_score
         )
-    return LogEvent.TASK_PAUSED, _task(
+    return log_event(Task.Paused), _task(
         e, session_id=session.session_id, reason=session.reason
     )
 
 
 @describe.register
 def _(e: Task.EntropyMeasured) -> Line:
-    return LogEvent.ENTROPY_MEASURED, _task(e, score=e.score, threshold=e.threshold)
+    return log_event(Task.EntropyMeasured), _task(
+        e, score=e.score, threshold=e.threshold
+    )
 
 
 @describe.register
 def _(e: Task.LessonLogged) -> Line:
-    return LogEvent.LESSON_LOGGED, _task(e)
+    return log_event(Task.LessonLogged), _task(e)
 
 
 @describe.register
@@ -197,7 +201,7 @@ def _(e: Task.HandoffResolved) -> Line:
 
 @describe.register
 def _(e: Task.DeadlineExpired) -> Line:
-    return LogEvent.DEADLINE_EXPIRED, _task(
+    return log_event(Task.DeadlineExpired), _task(
         e,
         session_id=e.session_id,
         deadline_at=e.deadline_at,
@@ -210,70 +214,70 @@ def _(e: Task.DeadlineExpired) -> Line:
 
 @describe.register
 def _(e: Task.DeadlineReminded) -> Line:
-    return LogEvent.DEADLINE_REMINDED, _task(
+    return log_event(Task.DeadlineReminded), _task(
         e, session_id=e.session_id, deadline_at=e.deadline_at
     )
 
 
 def _human(e: Any, action: HumanAction, **fields: Any) -> Line:
-    return LogEvent.HUMAN_ACTION, _task(e, action=action, actor=e.actor, **fields)
+    return log_event(type(e)), _task(e, action=action, actor=e.actor, **fields)
 
 
 @describe.register
 def _(e: Run.Started) -> Line:
-    return LogEvent.RUN_STARTED, _run(e, nodes=len(e.dag))
+    return log_event(Run.Started), _run(e, nodes=len(e.dag))
 
 
 @describe.register
 def _(e: Run.NodeStarted) -> Line:
-    return LogEvent.RUN_NODE_STARTED, _run(e, node=e.node)
+    return log_event(Run.NodeStarted), _run(e, node=e.node)
 
 
 @describe.register
 def _(e: Run.NodeSettled) -> Line:
-    return LogEvent.RUN_NODE_SETTLED, _run(e, node=e.node, outcome=e.outcome)
+    return log_event(Run.NodeSettled), _run(e, node=e.node, outcome=e.outcome)
 
 
 @describe.register
 def _(e: Run.Paused) -> Line:
-    return LogEvent.RUN_PAUSED, _run(e, task_id=e.task_id, reason=e.reason)
+    return log_event(Run.Paused), _run(e, task_id=e.task_id, reason=e.reason)
 
 
 @describe.register
 def _(e: Run.Resumed) -> Line:
-    return LogEvent.RUN_RESUMED, _run(e, task_id=e.task_id)
+    return log_event(Run.Resumed), _run(e, task_id=e.task_id)
 
 
 @describe.register
 def _(e: Run.Completed) -> Line:
-    return LogEvent.RUN_COMPLETED, _run(e)
+    return log_event(Run.Completed), _run(e)
 
 
 @describe.register
 def _(e: Receipt.Issued) -> Line:
-    return LogEvent.RECEIPT_ISSUED, {
+    return log_event(Receipt.Issued), {
         "receipt": e.originator_id.removeprefix("receipt:")
     }
 
 
 @describe.register
 def _(e: Operators.Added) -> Line:
-    return LogEvent.OPERATOR_ADDED, {"operator": e.name, "actor": e.actor}
+    return log_event(Operators.Added), {"operator": e.name, "actor": e.actor}
 
 
 @describe.register
 def _(e: Operators.Rotated) -> Line:
-    return LogEvent.OPERATOR_ROTATED, {"operator": e.name, "actor": e.actor}
+    return log_event(Operators.Rotated), {"operator": e.name, "actor": e.actor}
 
 
 @describe.register
 def _(e: Operators.Removed) -> Line:
-    return LogEvent.OPERATOR_REMOVED, {"operator": e.name, "actor": e.actor}
+    return log_event(Operators.Removed), {"operator": e.name, "actor": e.actor}
 
 
 @describe.register
 def _(e: Operators.Opened) -> Line:
-    return LogEvent.OPERATORS_OPENED, {}
+    return log_event(Operators.Opened), {}
 
 
 # --------------------------------------------------------------- notifications
@@ -285,9 +289,10 @@ def notification(domain_event: Any, position: int) -> Notification | None:
     return None
 
 
-def _notice(
-    e: TaskEvent, position: int, kind: NotificationKind, **fields: Any
-) -> Notification:
+def _notice(e: TaskEvent, position: int, **fields: Any) -> Notification:
+    """The notification of ``e``, of the kind the vocabulary gives it."""
+    kind = kind_of(type(e))
+    assert kind is not None, type(e)  # tests/unit/test_vocabulary.py
     return Notification(
         position=position,
         kind=kind,
@@ -302,7 +307,6 @@ def _(e: Task.Escalated, position: int) -> Notification:
     return _notice(
         e,
         position,
-        NotificationKind.USER_ESCALATION,
         session_id=e.session.session_id,
         reason=e.session.reason,
         failure_count=e.report.failure_count,
@@ -314,7 +318,6 @@ def _(e: Task.Paused, position: int) -> Notification:
     return _notice(
         e,
         position,
-        NotificationKind.TASK_PAUSED,
         session_id=e.session.session_id,
         reason=e.session.reason,
     )
@@ -325,7 +328,6 @@ def _(e: Task.HandedOff, position: int) -> Notification:
     return _notice(
         e,
         position,
-        NotificationKind.HAND_OFF_REQUIRED,
         reason=HAND_OFF_REQUIRED,
         failure_count=e.payload.failure_count,
     )
@@ -338,7 +340,6 @@ def _(e: Task.DeadlineExpired, position: int) -> Notification:
     return _notice(
         e,
         position,
-        NotificationKind.HAND_OFF_REQUIRED,
         session_id=e.session_id,
         reason=HUMAN_DEADLINE,
         failure_count=e.payload.failure_count,
@@ -350,7 +351,6 @@ def _(e: Task.BlacklistedStrategyAttempted, position: int) -> Notification:
     return _notice(
         e,
         position,
-        NotificationKind.BLACKLISTED_STRATEGY_ATTEMPTED,
         reason=e.failure.reason,
         failure_count=e.consecutive_failures,
     )

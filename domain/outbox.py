@@ -1,7 +1,8 @@
 """What the outbox sends, derived from recorded events.
 
 Each event a person (or a receiving service) should hear of becomes one
-:class:`OutboxMessage`: a ``type`` (:class:`~devs.domain.names.MessageType`),
+:class:`OutboxMessage`: a ``type`` (:class:`~devs.domain.names.MessageType`,
+as the vocabulary names it for the event, :mod:`devs.domain.vocabulary`),
 the event's time, and ``data`` — the task, the reason, the state after the
 event, the failure count, the session, who answered. Its ``id`` is derived
 from the event alone (the SHA-256 of its aggregate and version), so every
@@ -31,6 +32,7 @@ from devs.domain.task import (
     TaskEvent,
     task_id_of,
 )
+from devs.domain.vocabulary import message_type, message_types
 
 
 class OutboxMessage(Immutable):
@@ -143,8 +145,11 @@ def message_id(originator_id: str, originator_version: int) -> str:
 
 
 def _message(
-    e: TaskEvent, position: int, kind: MessageType, **fields: Any
+    e: TaskEvent, position: int, choice: int = 0, **fields: Any
 ) -> OutboxMessage:
+    """The message of ``e``, of the type the vocabulary gives it
+    (``choice``: which of its types the event's content chose)."""
+    kind = message_type(type(e), choice)
     task_id = task_id_of(e.originator_id)
     data = {
         "task_id": task_id,
@@ -202,7 +207,6 @@ def _(e: Task.Escalated, position: int) -> OutboxMessage:
     return _message(
         e,
         position,
-        MessageType.SESSION_OPENED,
         reason=e.session.reason.value,
         session_id=e.session.session_id,
         failure_count=e.report.failure_count,
@@ -217,7 +221,6 @@ def _(e: Task.Paused, position: int) -> OutboxMessage:
     return _message(
         e,
         position,
-        MessageType.SESSION_OPENED,
         reason=e.session.reason.value,
         session_id=e.session.session_id,
         entropy_score=e.session.entropy_score,
@@ -230,7 +233,6 @@ def _(e: Task.HandedOff, position: int) -> OutboxMessage:
     return _message(
         e,
         position,
-        MessageType.HANDOFF_OPENED,
         reason=HAND_OFF_REQUIRED,
         failure_count=e.payload.failure_count,
         last_error=e.payload.last_error,
@@ -244,20 +246,13 @@ def _answered(
     if e.session_id is None:
         # Not an answer to a session: a rewind or skip of a running task, or
         # of a hand-off. It changes the task's state all the same, so it is
-        # said (a hand-off's is said as the hand-off's end).
-        kind = {
-            "rewind": MessageType.TASK_REWOUND,
-            "skip": MessageType.TASK_SKIPPED,
-        }.get(action)
-        if kind is None:
+        # said (a hand-off's is said as the hand-off's end): its second type.
+        if len(message_types(type(e))) < 2:
             return None
-        return _message(
-            e, position, kind, action=action, actor=e.actor, reason=e.reason
-        )
+        return _message(e, position, 1, action=action, actor=e.actor, reason=e.reason)
     return _message(
         e,
         position,
-        MessageType.SESSION_ANSWERED,
         action=action,
         session_id=e.session_id,
         actor=e.actor,
@@ -282,17 +277,13 @@ def _(e: Task.Skipped, position: int) -> OutboxMessage | None:
 
 @_message_of.register
 def _(e: Task.HandoffClaimed, position: int) -> OutboxMessage:
-    kind = (
-        MessageType.HANDOFF_CLAIMED
-        if e.waiting_in is TaskState.HAND_OFF
-        else MessageType.SESSION_CLAIMED
-    )
-    return _message(e, position, kind, actor=e.actor)
+    choice = 1 if e.waiting_in is TaskState.HAND_OFF else 0
+    return _message(e, position, choice, actor=e.actor)
 
 
 @_message_of.register
 def _(e: Task.ClaimReleased, position: int) -> OutboxMessage:
-    return _message(e, position, MessageType.CLAIM_RELEASED, actor=e.actor)
+    return _message(e, position, actor=e.actor)
 
 
 @_message_of.register
@@ -300,7 +291,6 @@ def _(e: Task.ClaimTakenOver, position: int) -> OutboxMessage:
     return _message(
         e,
         position,
-        MessageType.CLAIM_TAKEN_OVER,
         actor=e.actor,
         previous=e.previous,
         reason=e.reason,
@@ -312,7 +302,6 @@ def _(e: Task.HandoffResolved, position: int) -> OutboxMessage:
     return _message(
         e,
         position,
-        MessageType.HANDOFF_RESOLVED,
         actor=e.actor,
         reason=e.reason,
         resolution=e.resolution.value,
@@ -324,7 +313,6 @@ def _(e: Task.DeadlineExpired, position: int) -> OutboxMessage:
     return _message(
         e,
         position,
-        MessageType.DEADLINE_EXPIRED,
         reason=e.reason,
         session_id=e.session_id,
         deadline_at=e.deadline_at.isoformat(),
@@ -340,7 +328,6 @@ def _(e: Task.DeadlineReminded, position: int) -> OutboxMessage:
     return _message(
         e,
         position,
-        MessageType.DEADLINE_REMINDER,
         session_id=e.session_id,
         deadline_at=e.deadline_at.isoformat(),
     )
@@ -348,7 +335,7 @@ def _(e: Task.DeadlineReminded, position: int) -> OutboxMessage:
 
 @_message_of.register
 def _(e: Task.GatePassed, position: int) -> OutboxMessage:
-    return _message(e, position, MessageType.TASK_COMPLETED, gate=e.gate)
+    return _message(e, position, gate=e.gate)
 
 
 def _trigger_of(e: TaskEvent) -> Trigger:

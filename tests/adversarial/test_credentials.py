@@ -29,9 +29,10 @@ from pathlib import Path
 import pytest
 
 from devs.adapters.config import Settings, open_service
-from devs.adapters.people import email_of, slack_body
+from devs.adapters.notify.email import email_of
+from devs.adapters.notify.slack import slack_body
+from devs.adapters.notify.webhook import body_of
 from devs.adapters.sandbox import sandbox_unavailable
-from devs.adapters.webhooks import body_of
 from devs.domain import Policy
 from devs.domain.outbox import OutboxMessage
 from devs.domain.redaction import REDACTED, error_hash, redact, secret_kind
@@ -240,6 +241,7 @@ def ratio(path: Callable[[str], object], unit: str, small: int, large: int) -> f
     return cost(path, hostile(unit, large)) / max(cheap, 1e-6)
 
 
+@pytest.mark.timing  # a ratio of two timings: in one process
 def test_the_ratio_tells_a_quadratic_pattern_from_a_linear_one() -> None:
     """The check below can fail: a pattern that scans the rest of the text
     from every "mysql" (an unbounded, backtracking run of words before -p)
@@ -253,6 +255,7 @@ def test_the_ratio_tells_a_quadratic_pattern_from_a_linear_one() -> None:
     assert ratio(redact, "mysql ", 1_000, 10_000) < RATIO_BOUND
 
 
+@pytest.mark.timing  # a ratio of two timings: in one process
 @pytest.mark.parametrize("unit", HOSTILE_COMMANDS + HOSTILE_COMMANDS_HARMLESS)
 def test_every_text_path_is_linear_on_the_new_forms(unit: str) -> None:
     """redact, secret_kind (an id is refused by it), and redaction then the
@@ -266,6 +269,7 @@ def test_every_text_path_is_linear_on_the_new_forms(unit: str) -> None:
     assert max(measured) < RATIO_BOUND, (unit, measured)
 
 
+@pytest.mark.timing  # a ratio of two timings: in one process
 def test_recording_a_hostile_output_is_linear(tmp_path: Path) -> None:
     """Through the service, as ``devs gate run`` records an output: the
     gate's output and error, redacted, hashed, cut and stored."""

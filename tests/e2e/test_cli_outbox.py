@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from devs.adapters.config import Settings, open_service
-from devs.adapters.notifier import Sweeper
+from devs.adapters.notify.sweeper import Sweeper
 from devs.domain.policy import Policy
 from tests.e2e.test_cli import Devs, assert_one_line_error, devs
 from tests.integration.test_console_outbox import dead_letter

@@ -126,6 +126,7 @@ def devs(db: Path, env: dict[str, str], *arguments: str) -> str:
     return done.stdout
 
 
+@pytest.mark.waits  # retries' back-off
 def test_messages_wait_for_a_receiver_that_is_down_and_then_arrive(
     tmp_path: Path, store: dict[str, str], inbox: Inbox
 ) -> None:
@@ -210,6 +211,7 @@ def test_a_slow_receiver_slows_no_command(tmp_path: Path, inbox: Inbox) -> None:
         server.stop()
 
 
+@pytest.mark.waits  # retries' back-off
 def test_a_410_disables_the_endpoint(tmp_path: Path) -> None:
     inbox = Inbox(status=410)
     port = inbox.listen()
@@ -234,6 +236,7 @@ def test_a_410_disables_the_endpoint(tmp_path: Path) -> None:
     assert (channel["enabled"], channel["dead"], channel["pending"]) == (False, 1, 1)
 
 
+@pytest.mark.waits  # a deadline left to pass
 def test_deadlines_that_passed_while_no_server_ran(
     tmp_path: Path, store: dict[str, str], inbox: Inbox
 ) -> None:

@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from devs.adapters.notifier import Sweeper
+from devs.adapters.notify.sweeper import Sweeper
 from devs.domain import RecoveryService
 from devs.domain.chart import TaskState
 from devs.domain.names import DEADLINE_ACTOR, HUMAN_DEADLINE, MessageType

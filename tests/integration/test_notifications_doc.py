@@ -12,23 +12,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devs.adapters.notifier import REMINDER_ENV, TIMEOUT_ENV, Sweeper
-from devs.adapters.people import (
+from devs.adapters.notify.settings import (
+    BACKOFF_ENV,
     EMAIL_ENV,
     PUBLIC_URL_ENV,
+    REMINDER_ENV,
+    SECRET_ENV,
     SLACK_API_ENV,
     SLACK_CHANNEL_ENV,
     SLACK_ENV,
     SLACK_TOKEN_ENV,
     SMTP_ENV,
-)
-from devs.adapters.webhooks import (
-    BACKOFF_ENV,
-    SECRET_ENV,
+    TIMEOUT_ENV,
     URLS_ENV,
-    body_of,
-    signed_headers,
 )
+from devs.adapters.notify.sweeper import Sweeper
+from devs.adapters.notify.webhook import body_of, signed_headers
 from devs.domain import RecoveryService
 from devs.domain.names import MessageType
 from devs.domain.policy import Policy

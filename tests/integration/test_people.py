@@ -25,34 +25,31 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-from devs.adapters.people import (
-    DEADLINE_REMINDER,
-    EMAIL_ENV,
+from devs.adapters.notify.email import email_of, send_email, subject_of, thread_root
+from devs.adapters.notify.people import (
     LAST_ERROR_SHOWN,
-    PUBLIC_URL_ENV,
-    RECIPIENTS_MAX,
-    SLACK_ENV,
-    SMTP_ENV,
-    PeopleSettings,
-    SmtpSecurity,
     console_link,
-    email_of,
     facts,
     for_people,
     headline,
     last_error_line,
     notice,
-    people_settings,
     said,
-    send_email,
-    send_slack,
-    slack_body,
-    slack_shown,
-    subject_of,
-    thread_root,
     when,
 )
-from devs.adapters.webhooks import Attempted
+from devs.adapters.notify.settings import (
+    EMAIL_ENV,
+    PUBLIC_URL_ENV,
+    RECIPIENTS_MAX,
+    SLACK_ENV,
+    SMTP_ENV,
+    NotifySettings,
+    SmtpSecurity,
+    notify_settings,
+    slack_shown,
+)
+from devs.adapters.notify.slack import send_slack, slack_body
+from devs.adapters.notify.status import Attempted
 from devs.domain import InvalidInput
 from devs.domain.names import HAND_OFF_REQUIRED, MessageType, SessionReason
 from devs.domain.outbox import OutboxMessage, message_id
@@ -92,7 +89,7 @@ def escalated(task_id: str = "fix-login", **data: Any) -> OutboxMessage:
 
 
 def test_settings_read_every_variable() -> None:
-    settings = people_settings(
+    settings = notify_settings(
         {
             SLACK_ENV: f"https://hooks.slack.com{HOOK_PATH}",
             SMTP_ENV: f"smtp+starttls://ann%40corp:{QUOTED_PASSWORD}@mail.example"
@@ -101,12 +98,12 @@ def test_settings_read_every_variable() -> None:
             PUBLIC_URL_ENV: "https://devs.example.com/",
         }
     )
-    assert settings.slack_url == f"https://hooks.slack.com{HOOK_PATH}"
+    assert settings.slack_webhook_url == f"https://hooks.slack.com{HOOK_PATH}"
     assert settings.slack_enabled
     assert settings.email_enabled
-    assert settings.recipients == ("ann@corp.example", "bob@corp.example")
+    assert settings.notify_email == ("ann@corp.example", "bob@corp.example")
     assert settings.public_url == "https://devs.example.com"
-    smtp = settings.smtp
+    smtp = settings.smtp_url
     assert smtp is not None
     assert smtp.security is SmtpSecurity.STARTTLS
     assert (smtp.host, smtp.port) == ("mail.example", 587)
@@ -116,8 +113,8 @@ def test_settings_read_every_variable() -> None:
     # Neither the password nor the hook's path is in the settings' repr.
     assert "hunter2" not in repr(settings)
     assert "XyZsecret" not in repr(settings)
-    nothing = people_settings({})
-    assert nothing == PeopleSettings()
+    nothing = notify_settings({})
+    assert nothing == NotifySettings.from_environ({})
     assert not nothing.slack_enabled
     assert not nothing.email_enabled
 
@@ -139,7 +136,7 @@ def test_settings_read_every_variable() -> None:
 def test_each_smtp_scheme_has_its_port_and_a_sender(
     url: str, security: SmtpSecurity, port: int, sender: str | None
 ) -> None:
-    smtp = people_settings({SMTP_ENV: url, EMAIL_ENV: "a@b.example"}).smtp
+    smtp = notify_settings({SMTP_ENV: url, EMAIL_ENV: "a@b.example"}).smtp_url
     assert smtp is not None
     assert smtp.security is security
     assert smtp.port == port
@@ -204,7 +201,7 @@ def test_a_wrong_setting_is_refused_naming_its_variable_and_no_secret(
     environ: dict[str, str], field: str, words: str
 ) -> None:
     with pytest.raises(InvalidInput) as refused:
-        people_settings(environ)
+        notify_settings(environ)
     assert refused.value.field == field
     said = str(refused.value)
     assert field in said
@@ -248,7 +245,7 @@ def test_people_hear_of_stops_claims_answers_and_deadlines() -> None:
     # Nobody was asked about these: webhooks only.
     for kind in ("task.completed", "task.skipped", "task.rewound", "x.y"):
         assert not for_people(kind)
-    assert for_people(DEADLINE_REMINDER)
+    assert for_people(MessageType.DEADLINE_REMINDER)
 
 
 # ---------------------------------------------------------------------- text
@@ -443,7 +440,7 @@ def test_the_slack_body_says_what_stopped_and_why_escaped() -> None:
         deadline_at=DEADLINE,
     )
     link = console_link(
-        people_settings({PUBLIC_URL_ENV: "https://devs.example.com"}).public_url,
+        notify_settings({PUBLIC_URL_ENV: "https://devs.example.com"}).public_url,
         message.task_id,
     )
     body = slack_body(message, link, now=NOW)
@@ -480,7 +477,7 @@ def test_the_slack_body_says_what_stopped_and_why_escaped() -> None:
 
 
 def test_without_a_public_url_there_is_no_button() -> None:
-    settings = people_settings({SLACK_ENV: "https://hooks.slack.com" + HOOK_PATH})
+    settings = notify_settings({SLACK_ENV: "https://hooks.slack.com" + HOOK_PATH})
     body = slack_body(escalated(), console_link(settings.public_url, "fix-login"))
     assert [block["type"] for block in body["blocks"]] == [
         "header",
@@ -635,8 +632,8 @@ def inbox() -> Iterator[tuple[Inbox, int]]:
 
 def settings_for(
     url: str, recipients: str = "ann@corp.example, bob@corp.example"
-) -> PeopleSettings:
-    return people_settings({SMTP_ENV: url, EMAIL_ENV: recipients})
+) -> NotifySettings:
+    return notify_settings({SMTP_ENV: url, EMAIL_ENV: recipients})
 
 
 def test_an_email_arrives_with_its_headers_and_body(inbox: tuple[Inbox, int]) -> None:

@@ -11,8 +11,9 @@ from typing import Any
 import orjson
 from standardwebhooks.webhooks import Webhook
 
-from devs.adapters.notifier import Sender, notify_settings
-from devs.adapters.people import BACKTICK_SHOWN
+from devs.adapters.notify.sender import Sender
+from devs.adapters.notify.settings import notify_settings
+from devs.adapters.notify.slack import BACKTICK_SHOWN
 from devs.domain import RecoveryService
 from devs.domain.output import error_line, readable
 from tests.integration.test_people import Inbox, SlackReceiver, inbox, slack

@@ -18,25 +18,27 @@ import httpx
 import orjson
 import pytest
 
-from devs.adapters.notifier import Sender, notify_settings
-from devs.adapters.people import (
-    BLOCKS_MAX,
-    HEADER_MAX,
-    SECTION_MAX,
+from devs.adapters.notify.email import thread_root
+from devs.adapters.notify.people import units
+from devs.adapters.notify.sender import Sender
+from devs.adapters.notify.settings import (
     SLACK_API,
     SLACK_API_ENV,
     SLACK_CHANNEL_ENV,
     SLACK_ENV,
     SLACK_TOKEN_ENV,
+    notify_settings,
+)
+from devs.adapters.notify.slack import (
+    BLOCKS_MAX,
+    HEADER_MAX,
+    SECTION_MAX,
     SlackPost,
-    people_settings,
     post_slack,
     send_slack,
     slack_body,
-    thread_root,
-    units,
 )
-from devs.adapters.webhooks import Attempted
+from devs.adapters.notify.status import Attempted
 from devs.domain import InvalidInput, RecoveryService
 from devs.domain.names import DeliveryState, MessageType, SessionReason
 from devs.domain.outbox import OutboxMessage
@@ -253,7 +255,7 @@ def test_a_token_slack_echoes_is_not_repeated(fake_slack: str) -> None:
 
 
 def test_the_bot_token_settings() -> None:
-    settings = people_settings(
+    settings = notify_settings(
         {SLACK_TOKEN_ENV: TOKEN, SLACK_CHANNEL_ENV: "#ops", SLACK_API_ENV: ""}
     )
     assert settings.slack_enabled
@@ -261,7 +263,7 @@ def test_the_bot_token_settings() -> None:
     assert settings.slack_api_url == SLACK_API
     assert settings.slack_channel == "#ops"
     assert TOKEN not in repr(settings)
-    hook = people_settings({SLACK_ENV: "https://hooks.slack.com" + HOOK_PATH})
+    hook = notify_settings({SLACK_ENV: "https://hooks.slack.com" + HOOK_PATH})
     assert hook.slack_enabled
     assert not hook.slack_threads
 
@@ -298,7 +300,7 @@ def test_a_wrong_slack_setting_is_refused_without_the_token(
     environ: dict[str, str], field: str
 ) -> None:
     with pytest.raises(InvalidInput) as refused:
-        people_settings(environ)
+        notify_settings(environ)
     assert refused.value.field == field
     assert field in str(refused.value)
     assert "hunter2" not in str(refused.value)

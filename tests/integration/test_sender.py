@@ -17,12 +17,9 @@ from standardwebhooks.webhooks import Webhook
 
 from devs.adapters.client import HttpRecoveryClient
 from devs.adapters.http import create_app
-from devs.adapters.notifier import (
-    Background,
-    Sender,
-    channels_of,
-    notify_settings,
-)
+from devs.adapters.notify.registry import channels_of
+from devs.adapters.notify.sender import Background, Sender
+from devs.adapters.notify.settings import notify_settings
 from devs.domain import InvalidInput, NotFound, RecoveryService, UnknownMessage
 from devs.domain.names import DeliveryState
 from tests.helpers import outbox_story
@@ -285,7 +282,7 @@ def test_settings_are_checked_and_name_the_variable() -> None:
     with pytest.raises(InvalidInput, match="DEVS_HUMAN_DEADLINE") as refused:
         notify_settings({"DEVS_HUMAN_DEADLINE": "1h"})
     assert "2592000" in str(refused.value)
-    assert notify_settings({}).reminder is None
+    assert notify_settings({}).human_reminder is None
     assert channels_of(notify_settings({})) == []
     both = notify_settings(
         {

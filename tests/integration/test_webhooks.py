@@ -18,16 +18,11 @@ import orjson
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from devs.adapters.notifier import Sender, Sweeper, notify_settings
-from devs.adapters.webhooks import (
-    DEFAULT_BACKOFF,
-    JITTER,
-    Attempted,
-    attempt,
-    next_wait,
-    shown,
-    webhook_settings,
-)
+from devs.adapters.notify.sender import Sender
+from devs.adapters.notify.settings import DEFAULT_BACKOFF, notify_settings, shown
+from devs.adapters.notify.status import JITTER, Attempted, next_wait
+from devs.adapters.notify.sweeper import Sweeper
+from devs.adapters.notify.webhook import send_webhook
 from devs.domain import InvalidInput, RecoveryService
 from devs.domain.outbox import OutboxMessage, message_of
 from devs.domain.output import error_line
@@ -143,7 +138,7 @@ def test_a_delivery_is_signed_as_standard_webhooks_verify_it(
 ) -> None:
     message = a_message(service)
     with httpx.Client() as client:
-        result = attempt(client, receiver, message, SECRET)
+        result = send_webhook(client, receiver, message, SECRET)
     assert result.outcome is Attempted.DELIVERED
     assert result.status == 204
     [(headers, body)] = Receiver.received
@@ -178,7 +173,7 @@ def test_what_an_attempt_comes_to(
     message = a_message(service)
     Receiver.answers = [answer]
     with httpx.Client() as client:
-        result = attempt(client, receiver, message, SECRET, timeout=0.5)
+        result = send_webhook(client, receiver, message, SECRET, timeout=0.5)
     assert result.outcome is outcome
     assert result.retry_after == retry_after
     if outcome is not Attempted.DELIVERED:
@@ -189,7 +184,7 @@ def test_what_an_attempt_comes_to(
 def test_no_receiver_is_a_retry(service: RecoveryService) -> None:
     message = a_message(service)
     with httpx.Client() as client:
-        result = attempt(client, "http://127.0.0.1:9/x?token=abc", message, SECRET)
+        result = send_webhook(client, "http://127.0.0.1:9/x?token=abc", message, SECRET)
     assert result.outcome is Attempted.RETRY
     assert result.status is None
     assert result.error == f"ConnectError calling {shown('http://127.0.0.1:9/x')}"
@@ -212,18 +207,18 @@ def test_the_retry_schedule_with_jitter_and_retry_after() -> None:
 
 
 def test_settings_are_checked_and_name_the_variable() -> None:
-    settings = webhook_settings(
+    settings = notify_settings(
         {
             "DEVS_WEBHOOK_URLS": "https://a.example/h, http://127.0.0.1:8000/x",
             "DEVS_WEBHOOK_SECRET": f"{SECRET} {OLD_SECRET}",
         }
     )
-    assert settings.urls == ("https://a.example/h", "http://127.0.0.1:8000/x")
-    assert settings.secrets == (SECRET, OLD_SECRET)
-    assert settings.backoff == tuple(float(s) for s in DEFAULT_BACKOFF)
-    assert not webhook_settings({}).enabled
-    custom = webhook_settings({"DEVS_WEBHOOK_BACKOFF": "1, 2.5,60"})
-    assert custom.backoff == (1.0, 2.5, 60.0)
+    assert settings.webhook_urls == ("https://a.example/h", "http://127.0.0.1:8000/x")
+    assert settings.webhook_secret == (SECRET, OLD_SECRET)
+    assert settings.webhook_backoff == tuple(float(s) for s in DEFAULT_BACKOFF)
+    assert not notify_settings({}).webhooks_enabled
+    custom = notify_settings({"DEVS_WEBHOOK_BACKOFF": "1, 2.5,60"})
+    assert custom.webhook_backoff == (1.0, 2.5, 60.0)
     for environ, field, words in (
         ({"DEVS_WEBHOOK_URLS": "ftp://x/"}, "DEVS_WEBHOOK_URLS", "not an http"),
         ({"DEVS_WEBHOOK_URLS": "https://x/"}, "DEVS_WEBHOOK_SECRET", "must be set"),
@@ -234,7 +229,7 @@ def test_settings_are_checked_and_name_the_variable() -> None:
         ({"DEVS_WEBHOOK_BACKOFF": "5,,6"}, "DEVS_WEBHOOK_BACKOFF", "''"),
     ):
         with pytest.raises(InvalidInput) as refused:
-            webhook_settings(environ)
+            notify_settings(environ)
         assert refused.value.field == field
         assert words in str(refused.value)
         assert "hunter2" not in str(refused.value)
@@ -254,7 +249,7 @@ def test_settings_are_checked_and_name_the_variable() -> None:
     # password would be read as part of the host.
     for bad in ("admin:hunter2@hooks.example/x", "http://h:abc/x", "http://[::1/x"):
         with pytest.raises(InvalidInput) as refused:
-            webhook_settings({"DEVS_WEBHOOK_URLS": bad, "DEVS_WEBHOOK_SECRET": SECRET})
+            notify_settings({"DEVS_WEBHOOK_URLS": bad, "DEVS_WEBHOOK_SECRET": SECRET})
         assert "hunter2" not in str(refused.value)
         assert "endpoint number 1" in str(refused.value)
 

@@ -1,72 +1,49 @@
-"""The outbox's sender and the deadline sweeper, beside the commands.
+"""The outbox's sender, and the thread that runs it beside the deadline
+sweeper.
 
 Neither ever runs on a command's path: a command records its events and
 answers; the ``outbox`` read model folds the messages they ask to send; here
 a background thread of ``devs serve`` (or ``devs deadlines run``) adds each
-configured channel's deliveries (``outbox_deliveries``), leases the due ones,
-tries them on a small pool of threads (a slow endpoint holds one thread, no
-command and no other endpoint) and records what each try came to: delivered,
-tried again on the channel's schedule, or dead-lettered after its last try
-(docs/notifications.md).
+configured endpoint's deliveries (``outbox_deliveries``), leases the due
+ones, tries them on a small pool of threads (a slow endpoint holds one
+thread, no command and no other endpoint) and records what each try came
+to: delivered, tried again on the schedule, or dead-lettered after its last
+try (docs/notifications.md). The endpoints are those of every registered
+channel (:mod:`devs.adapters.notify.registry`), each tried the same way.
 
 Every server of one database may run a sender: a delivery is leased to one
-sender at a time (for twice the attempt timeout and 5 s more), so a message
-is tried by one of them at a time, and again by another if its sender died
-mid-try. The deadline sweeper runs in the one process holding the
-``deadlines`` lease: each second it hands off the waits whose deadline has
-passed and sends the reminders that are due.
+sender at a time (for four times the attempt timeout and 10 s more), so a
+message is tried by one of them at a time, and again by another if its
+sender died mid-try.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import random
-import socket
 import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 from eventsourcing.persistence import OperationalError, PersistenceError
 
-from devs.adapters.people import (
-    PeopleSettings,
-    SlackPost,
-    Threads,
-    console_link,
-    for_people,
-    people_settings,
-    post_slack,
-    send_email,
-    slack_shown,
-    thread_root,
-)
-from devs.adapters.persistence import NO_BUSY_WAIT
-from devs.adapters.webhooks import (
-    ATTEMPT_TIMEOUT,
-    Attempt,
-    Attempted,
-    WebhookSettings,
-    attempt,
-    next_wait,
-    shown,
-    webhook_settings,
-)
-from devs.domain import DevsError, InvalidInput
+from devs.adapters.notify import registry
+from devs.adapters.notify.channel import Send, Threads
+from devs.adapters.notify.people import console_link
+from devs.adapters.notify.settings import NotifySettings
+from devs.adapters.notify.status import Attempt, Attempted, next_wait
+from devs.adapters.notify.sweeper import SWEEP_EVERY, Sweeper, owner_name
+from devs.adapters.store.persistence import NO_BUSY_WAIT
+from devs.domain import DevsError
 from devs.domain.commands import locked
-from devs.domain.model import Immutable
-from devs.domain.names import DeliveryState, MessageType
+from devs.domain.names import DeliveryState
 from devs.domain.outbox import OutboxMessage
-from devs.domain.policy import MAX_HUMAN_DEADLINE, env_var
-from devs.domain.ports import Claimed, OutboxDeliveries, PendingSession, Settled
+from devs.domain.ports import Claimed, OutboxDeliveries, Settled
 
 if TYPE_CHECKING:
     from devs.domain.application import RecoveryService
@@ -74,27 +51,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger("devs.outbox")
 T = TypeVar("T")
 
-REMINDER_ENV = "DEVS_HUMAN_REMINDER"
-TIMEOUT_ENV = "DEVS_WEBHOOK_TIMEOUT"
-REMINDER_MAX = 30 * 86_400.0
-DEADLINE_ENV = env_var("human_deadline")
-DEADLINE_MAX = float(MAX_HUMAN_DEADLINE)
-TIMEOUT_MAX = 60.0
 OUTBOX = "outbox"
 """The read model the sender reads its messages from."""
-SESSIONS = "hitl_sessions"
-"""The read model the sweeper reads the waits from."""
 POLL = 0.1
 """Seconds between looks at the outbox when nothing is due."""
-SWEEP_EVERY = 1.0
-"""Seconds between the deadline sweeper's looks at the waits."""
-LEASE = "deadlines"
-"""The lease the one sweeper of a database holds."""
 GATHER = 0.005
 """Seconds a busy sender waits before its next look, for one transaction to
 record and claim several deliveries."""
-SWEEP_LEASE = 10.0
-"""How long the ``deadlines`` lease lasts unless renewed."""
 SENDERS = 16
 """Tries under way at once in one process (each starts at once: no try waits
 for a thread)."""
@@ -105,235 +68,17 @@ STORE_PAUSE = 1.0
 """Seconds to wait after the store failed before looking again."""
 
 
-class NotifySettings(Immutable):
-    """What the sender and the sweeper are configured with."""
-
-    webhooks: WebhookSettings
-    people: PeopleSettings
-    reminder: float | None
-    """``DEVS_HUMAN_REMINDER``: seconds before a deadline to remind."""
-    timeout: float = ATTEMPT_TIMEOUT
-    """``DEVS_WEBHOOK_TIMEOUT``: seconds an endpoint has to answer."""
-
-    @property
-    def lease(self) -> float:
-        """How long a try's delivery is leased to its sender: a try's
-        timeout applies to each of its phases (connecting, sending, each
-        read), so four of them and 10 s more."""
-        return 4 * self.timeout + 10.0
-
-
-def _seconds(
-    environ: Mapping[str, str], name: str, upper: float, default: float | None
-) -> float | None:
-    text = environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= upper:  # NaN fails this too
-        msg = f"{name} must be seconds in (0, {upper:.0f}], got {text[:40]!r}"
-        raise InvalidInput(msg, field=name)
-    return value
-
-
-def reminder_setting(environ: Mapping[str, str] | None = None) -> float | None:
-    """``DEVS_HUMAN_REMINDER`` (and ``DEVS_HUMAN_DEADLINE`` checked): what
-    the sweeper alone needs; ``InvalidInput`` naming a wrong one."""
-    env = os.environ if environ is None else environ
-    _seconds(env, DEADLINE_ENV, DEADLINE_MAX, None)
-    return _seconds(env, REMINDER_ENV, REMINDER_MAX, None)
-
-
-def notify_settings(environ: Mapping[str, str] | None = None) -> NotifySettings:
-    """The settings of ``environ`` (default: ``os.environ``); ``InvalidInput``
-    naming the variable that is wrong, never repeating a secret."""
-    env = os.environ if environ is None else environ
-    # A deadline fails closed: one mistyped must stop the server, not be
-    # dropped with a warning (the policy's other fields keep their default).
-    _seconds(env, DEADLINE_ENV, DEADLINE_MAX, None)
-    timeout = _seconds(env, TIMEOUT_ENV, TIMEOUT_MAX, ATTEMPT_TIMEOUT)
-    assert timeout is not None
-    return NotifySettings(
-        webhooks=webhook_settings(env),
-        people=people_settings(env),
-        reminder=_seconds(env, REMINDER_ENV, REMINDER_MAX, None),
-        timeout=timeout,
-    )
-
-
-Send = Callable[[httpx.Client, OutboxMessage, "str | None", float], Attempt]
-
-
-PEOPLE_KINDS = frozenset({"slack", "email"})
-"""The kinds of channel that speak to people: a task's messages are tried
-on each one at a time, in order, so that they thread."""
-
-
-def channel_key(kind: str, address: str) -> str:
-    """A channel's key in ``outbox_channels``: its kind and a digest of its
-    address (which may hold a credential)."""
-    digest = hashlib.sha256(address.encode()).hexdigest()[:16]
-    return f"{kind}:{digest}"
-
-
-class Channel:
-    """One configured endpoint: its key in ``outbox_channels`` (a digest of
-    its address, which may hold a credential), how it is shown, the message
-    types it takes (``None``: all), and how a message is sent to it."""
-
-    def __init__(
-        self,
-        kind: str,
-        address: str,
-        shown: str,
-        types: frozenset[str] | None,
-        send: Send,
-    ) -> None:
-        self.key = channel_key(kind, address)
-        self.kind, self.shown, self.types, self.send = kind, shown, types, send
-
-
-def _thread_of(threads: Threads | None, channel: str, task_id: str) -> str | None:
-    """The task's thread on ``channel``; ``None`` when there is none yet or
-    the store cannot say (the message then starts one: a thread is a
-    comfort, never a reason not to tell people)."""
-    if threads is None:
-        return None
-    try:
-        return threads.thread_of(channel, task_id)
-    except Exception as error:
-        logger.warning(
-            "cannot read the thread of %s: %s", task_id, type(error).__name__
-        )
-        return None
-
-
-def _start_thread(
-    threads: Threads | None, channel: str, task_id: str, thread: str, message_id: str
-) -> str | None:
-    """:meth:`Threads.start_thread`; ``None`` when the store cannot say."""
-    if threads is None:
-        return None
-    try:
-        return threads.start_thread(channel, task_id, thread, message_id)
-    except Exception as error:
-        logger.warning(
-            "cannot record the thread of %s: %s", task_id, type(error).__name__
-        )
-        return None
-
-
-def channels_of(
-    settings: NotifySettings, threads: Threads | None = None
-) -> list[Channel]:
-    """The channels ``settings`` configure: each webhook URL, Slack, e-mail.
-    ``threads`` remembers each task's Slack thread and first e-mail (without
-    it, each Slack message is a new one and each e-mail replies to the
-    task's root)."""
-    found: list[Channel] = []
-    secret = settings.webhooks.secrets[0] if settings.webhooks.secrets else ""
-    for url in settings.webhooks.urls:
-
-        def to_webhook(
-            client: httpx.Client,
-            message: OutboxMessage,
-            link: str | None,
-            timeout: float,
-            url: str = url,
-        ) -> Attempt:
-            if link is not None:
-                message = message.model_copy(
-                    update={"data": {**message.data, "link": link}}
-                )
-            return attempt(client, url, message, secret, timeout=timeout)
-
-        found.append(Channel("webhook", url, shown(url), None, to_webhook))
-    people = settings.people
-    kinds = frozenset(kind.value for kind in MessageType if for_people(kind.value))
-    if people.slack_url is not None or people.slack_token is not None:
-        found.append(_slack_channel(people, kinds, threads))
-    if people.smtp is not None and people.recipients:
-        server = people.smtp
-        address = f"{server.shown}\0{server.user}\0{','.join(people.recipients)}"
-        shown_to = f"e-mail to {', '.join(people.recipients)}"
-        email_key = channel_key("email", address)
-
-        def to_email(
-            client: httpx.Client,
-            message: OutboxMessage,
-            link: str | None,
-            timeout: float,
-        ) -> Attempt:
-            task_id = message.task_id
-            root = thread_root(task_id)
-            starter = _start_thread(threads, email_key, task_id, root, message.id)
-            first = starter == message.id
-            return send_email(people, message, link, timeout=timeout, first=first)
-
-        found.append(Channel("email", address, shown_to, kinds, to_email))
-    return found
-
-
-def _slack_channel(
-    people: PeopleSettings, kinds: frozenset[str], threads: Threads | None
-) -> Channel:
-    """Slack's channel: an incoming webhook (each message a new one), or
-    the Web API with a bot token, each task's later messages replies in the
-    thread of its first."""
-    if people.slack_token is None:
-        assert people.slack_url is not None
-        hook = SlackPost(url=people.slack_url)
-
-        def to_hook(
-            client: httpx.Client,
-            message: OutboxMessage,
-            link: str | None,
-            timeout: float,
-        ) -> Attempt:
-            return post_slack(client, hook, message, link, timeout=timeout).attempt
-
-        shown_hook = slack_shown(people.slack_url)
-        return Channel("slack", people.slack_url, shown_hook, kinds, to_hook)
-    api = f"{people.slack_api_url}/chat.postMessage"
-    address = f"{people.slack_api_url}\0{people.slack_channel}"
-    key = channel_key("slack", address)
-    token, channel = people.slack_token, people.slack_channel
-
-    def to_api(
-        client: httpx.Client,
-        message: OutboxMessage,
-        link: str | None,
-        timeout: float,
-    ) -> Attempt:
-        thread = _thread_of(threads, key, message.task_id)
-        post = SlackPost(url=api, token=token, channel=channel, thread_ts=thread)
-        sent = post_slack(client, post, message, link, timeout=timeout)
-        if thread is None and sent.ts is not None:
-            _start_thread(threads, key, message.task_id, sent.ts, message.id)
-        return sent.attempt
-
-    shown_api = f"Slack {channel} via {slack_shown(people.slack_api_url)}"
-    return Channel("slack", address, shown_api, kinds, to_api)
-
-
 def open_channels(service: RecoveryService, settings: NotifySettings) -> None:
-    """Record the channels of ``settings`` not yet known: each hears of what
-    is recorded from now on (``devs serve`` does it before its first worker
-    answers, so nothing recorded after it starts is taken for history)."""
-    channels = channels_of(settings)
-    if channels:
+    """Record the endpoints of ``settings`` not yet known: each hears of
+    what is recorded from now on (``devs serve`` does it before its first
+    worker answers, so nothing recorded after it starts is taken for
+    history)."""
+    endpoints = registry.channels_of(settings)
+    if endpoints:
         log_end = service.recorder.max_notification_id() or 0
         service.read_models.deliveries.open_channels(
-            [(c.key, c.kind, c.shown) for c in channels], log_end
+            [(e.key, e.kind, e.shown) for e in endpoints], log_end
         )
-
-
-def owner_name() -> str:
-    """This process's name in leases: host, PID and a random part."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _after(
@@ -370,7 +115,7 @@ class Sender:
         self.store: OutboxDeliveries = service.read_models.deliveries
         threads = self.store if isinstance(self.store, Threads) else None
         self.channels = {
-            channel.key: channel for channel in channels_of(settings, threads)
+            channel.key: channel for channel in registry.channels_of(settings, threads)
         }
         self.types = {key: channel.types for key, channel in self.channels.items()}
         self.pool = ThreadPoolExecutor(SENDERS, thread_name_prefix="devs-outbox")
@@ -426,14 +171,10 @@ class Sender:
             if (item.channel, item.message.id) in trying:
                 continue  # its try is still under way here: not a second one
             channel = self.channels[item.channel]
-            public_url = self.settings.people.public_url
+            public_url = self.settings.public_url
             link = console_link(public_url, item.message.task_id)
             task_key = (item.channel, item.message.task_id)
-            before = (
-                self.last_of_task.get(task_key)
-                if channel.kind in PEOPLE_KINDS
-                else None
-            )
+            before = self.last_of_task.get(task_key) if channel.in_order else None
             future = self.pool.submit(
                 _after,
                 before,
@@ -442,9 +183,9 @@ class Sender:
                 self.client,
                 item.message,
                 link,
-                self.settings.timeout,
+                self.settings.webhook_timeout,
             )
-            if channel.kind in PEOPLE_KINDS:
+            if channel.in_order:
                 self.last_of_task[task_key] = future
             self.inflight[future] = item
             started += 1
@@ -549,7 +290,7 @@ class Sender:
                 error=tried.error,
             )
         wait = next_wait(
-            tries, self.settings.webhooks.backoff, tried.retry_after, rng=self.rng
+            tries, self.settings.webhook_backoff, tried.retry_after, rng=self.rng
         )
         if wait is None:
             logger.warning(
@@ -596,79 +337,6 @@ class Sender:
         self.client.close()
 
 
-class Sweeper:
-    """Ends the human waits whose deadline passed (a hand-off, by
-    ``devs:deadline``) and sends the reminders due, in the one process
-    holding the ``deadlines`` lease."""
-
-    def __init__(
-        self,
-        service: RecoveryService,
-        reminder: float | None,
-        *,
-        owner: str | None = None,
-    ) -> None:
-        self.service = service
-        self.reminder = reminder
-        self.owner = owner or owner_name()
-        self.store: OutboxDeliveries = service.read_models.deliveries
-        self.held = False
-        """Whether the last look held the lease (else another process
-        sweeps)."""
-
-    def sweep(self, now: datetime | None = None) -> tuple[list[str], list[str]]:
-        """One look: the tasks handed off, and the tasks reminded (both empty
-        when another process holds the lease)."""
-        moment = now or datetime.now(UTC)
-        self.held = self.store.hold_lease(
-            LEASE, self.owner, moment.timestamp(), SWEEP_LEASE
-        )
-        if not self.held:
-            return [], []
-        expired: list[str] = []
-        reminded: list[str] = []
-        for session in self._waits():
-            deadline = session.deadline_at
-            if deadline is None:
-                continue
-            try:
-                if deadline <= moment:
-                    self.service.expire_deadline(session.task_id)
-                    expired.append(session.task_id)
-                elif (
-                    self.reminder is not None
-                    and not session.reminded
-                    and deadline.timestamp() - self.reminder <= moment.timestamp()
-                ):
-                    self.service.remind_deadline(session.task_id, before=self.reminder)
-                    reminded.append(session.task_id)
-            except DevsError as error:  # answered meanwhile, by a person
-                logger.info("deadline of %s: %s", session.task_id, error)
-        for task_id in expired:
-            logger.warning(
-                "task %s: nobody answered before its deadline; handed off", task_id
-            )
-        return expired, reminded
-
-    def _waits(self) -> list[PendingSession]:
-        """The pending sessions, read as :class:`Sender` reads the outbox:
-        folded here waiting for the write lock's turn, never racing the
-        commands for it (a query's catch-up would give up under load)."""
-        models = self.service.read_models
-        try:
-            models.keep_up([SESSIONS])
-        except OperationalError as error:
-            if not locked(error):
-                raise
-        return models.pending_sessions()
-
-    def release(self) -> None:
-        """Let the lease go (a clean stop), if this sweeper holds it."""
-        if self.held:
-            self.store.release_lease(LEASE, self.owner)
-            self.held = False
-
-
 class Background:
     """The sender and the sweeper on one thread of their own, until
     :meth:`stop`; a store that fails is looked at again a second later."""
@@ -683,13 +351,13 @@ class Background:
     ) -> None:
         """``in_worker``: the thread shares its process with requests, so it
         never waits inside the process's connection pool nor in SQLite's
-        busy handler (:data:`~devs.adapters.persistence.NO_BUSY_WAIT`); a
+        busy handler (:data:`~devs.adapters.store.persistence.NO_BUSY_WAIT`); a
         notifier process of its own (``in_worker=False``) waits its turn."""
         self.in_worker = in_worker
         owner = owner_name()
         self.sender = Sender(service, settings, owner=owner)
         self.sweeper = (
-            Sweeper(service, settings.reminder, owner=owner) if sweep else None
+            Sweeper(service, settings.human_reminder, owner=owner) if sweep else None
         )
         self.stopping = threading.Event()
         self.thread = threading.Thread(
