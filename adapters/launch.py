@@ -52,7 +52,7 @@ def main() -> None:
     if call is not None:
         from devs.adapters.hooks import client as hook_client
 
-        if hook_client.server_wanted(os.environ):
+        if hook_client.taken_here(os.environ):
             agent, db = call
             sys.exit(hook_client.run(agent, db, loading=loading))
     with loading():

@@ -15,6 +15,10 @@ itself, in process, as ``devs hook`` always could. A call whose server
 cannot be reached is answered in process too; one whose server took the
 event but did not answer in time is a failure (one line, exit 1), never
 answered twice. ``DEVS_HOOK_SERVER=off`` answers every call in process.
+
+Its variables are read strictly, by :mod:`devs.adapters.hooks.variables`
+(the standard library too): a bad value is the call's failure, naming the
+variable, never a silent default.
 """
 
 from __future__ import annotations
@@ -30,23 +34,31 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-SERVER_ENV = "DEVS_HOOK_SERVER"
-IDLE_ENV = "DEVS_HOOK_SERVER_IDLE"
-DEFAULT_IDLE = 600.0
-MAX_IDLE = 86_400.0
-TIMEOUT_ENV = "DEVS_HOOK_TIMEOUT"
-DEFAULT_TIMEOUT = 10.0
+from devs.adapters.hooks import variables
+
 EVENT_MAX = 64 * 1024 * 1024
 """The largest hook event read from stdin (a tool's whole output is in it);
 the runner and the server read this one."""
-OFF = frozenset({"0", "off", "false", "no"})
 SHARED_ENV = ("HOME", "XDG_STATE_HOME", "PATH")
 """Variables besides ``DEVS_*`` that change what a hook call does (where the
 state files are, which ``git`` runs)."""
 
 
 def server_wanted(environ: Mapping[str, str]) -> bool:
-    return (environ.get(SERVER_ENV) or "").strip().lower() not in OFF
+    """Whether hook calls go to a hook server (``DEVS_HOOK_SERVER``); a
+    :class:`~devs.adapters.hooks.variables.BadVariable` when it is neither
+    on nor off."""
+    return variables.server_on(environ.get(variables.SERVER_ENV))
+
+
+def taken_here(environ: Mapping[str, str]) -> bool:
+    """Whether ``devs hook`` takes this module's path (:func:`run`): unless
+    ``DEVS_HOOK_SERVER`` is off. A bad value comes here too, where
+    :func:`run` says it as the call's failure."""
+    try:
+        return server_wanted(environ)
+    except variables.BadVariable:
+        return True
 
 
 def call_environ(environ: Mapping[str, str]) -> dict[str, str]:
@@ -172,22 +184,14 @@ def start_server(path: Path, db: str | None, environ: Mapping[str, str]) -> None
         return  # this call is answered in process all the same
 
 
-def _timeout(environ: Mapping[str, str]) -> float:
-    try:
-        value = float(environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
-    except ValueError:
-        return DEFAULT_TIMEOUT
-    return value if 0 < value <= 600 else DEFAULT_TIMEOUT
-
-
-def refused_if_stopped(
+def refused(
     agent: str, db: str | None, raw: bytes, error: str
 ) -> tuple[str | None, str, int]:
+    """A call that cannot be answered: ``error`` in one line, exit 1; but a
+    tool call is still refused when the task was last seen stopped."""
     from devs.adapters.hooks.runner import refusal
 
-    return refusal(
-        agent, db, raw, os.environ, f"the hook server did not answer ({error})"
-    )
+    return refusal(agent, db, raw, os.environ, error)
 
 
 def in_process(
@@ -212,7 +216,13 @@ def run(
     raw = sys.stdin.buffer.read(EVENT_MAX + 1)
     answered = None
     start: Path | None = None
-    folder = socket_folder(os.environ) if server_wanted(os.environ) else None
+    folder = None
+    try:
+        chosen = variables.read(os.environ)
+    except variables.BadVariable as error:
+        answered = refused(agent, db, raw, str(error))
+    else:
+        folder = socket_folder(os.environ) if chosen.server else None
     if folder is not None:
         path = folder / f"hook-{server_key(db, os.environ)}.sock"
         header = {
@@ -221,13 +231,15 @@ def run(
             "cwd": os.getcwd(),
         }
         try:
-            reply = ask(path, frame(header, raw), _timeout(os.environ) + 2.0)
+            reply = ask(path, frame(header, raw), chosen.timeout + 2.0)
         except Unreachable:
             start = path
         except (OSError, ValueError) as error:
             # It took the event: never answered twice. But a tool is still
             # refused when the task was last seen stopped.
-            answered = refused_if_stopped(agent, db, raw, str(error))
+            answered = refused(
+                agent, db, raw, f"the hook server did not answer ({error})"
+            )
         else:
             text, errors, code = (
                 reply.get("stdout"),

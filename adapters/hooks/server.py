@@ -7,7 +7,9 @@ library and about 10 ms of deciding (:mod:`devs.adapters.hooks.client`).
 Started by the first hook call that finds none; ends after
 ``DEVS_HOOK_SERVER_IDLE`` seconds (default 600) without a call, or on
 SIGTERM, removing its socket. A second server for the same socket sees the
-first answer and leaves.
+first answer and leaves. Its settings are
+:class:`~devs.adapters.hooks.settings.HookEdgeSettings`: a bad one stops it
+before it binds, with an error naming the variable (exit 2).
 
 Whoever reaches the socket may be the agent itself, so every connection is
 hostile until its request is whole. Requests are read side by side, without
@@ -47,8 +49,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from devs.adapters.hooks.client import DEFAULT_IDLE, EVENT_MAX, IDLE_ENV, MAX_IDLE
+from devs.adapters.hooks.client import EVENT_MAX
 from devs.adapters.hooks.runner import Store, handle
+from devs.adapters.hooks.settings import HookEdgeSettings
+from devs.domain.errors import InvalidInput
 
 HEADER_MAX = 1024 * 1024
 READ_DEADLINE = 5.0
@@ -61,14 +65,6 @@ REPLY_TIMEOUT = 2.0
 CHUNK = 1 << 20
 TURN_MAX = 4 * CHUNK
 """Bytes read from one connection before the others get their turn."""
-
-
-def idle_seconds() -> float:
-    try:
-        value = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE)
-    except ValueError:
-        return DEFAULT_IDLE
-    return value if 0 < value <= MAX_IDLE else DEFAULT_IDLE
 
 
 class Reading:
@@ -292,6 +288,10 @@ class Server:
 
 
 def serve(path: Path, db: str | None) -> None:
+    """Answer the calls at ``path`` until idle (``DEVS_HOOK_SERVER_IDLE``)
+    or SIGTERM; ``InvalidInput`` naming a bad variable before anything
+    is bound."""
+    settings = HookEdgeSettings.from_environ(os.environ)
     listening = bind(path)
     if listening is None:
         return
@@ -300,7 +300,7 @@ def serve(path: Path, db: str | None) -> None:
     signal.signal(signal.SIGTERM, _stop)
     server = Server(listening, store)
     try:
-        server.run(idle_seconds())  # idle: the next call starts another
+        server.run(settings.server_idle)  # idle: the next call starts another
         # Gone from the folder first, so that no new call comes; then the
         # calls that connected meanwhile are answered, not dropped.
         _unlink(path, inode)
@@ -348,7 +348,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("socket", type=Path)
     parser.add_argument("--db", default=None)
     args = parser.parse_args(argv)
-    serve(args.socket, args.db)
+    try:
+        serve(args.socket, args.db)
+    except InvalidInput as error:
+        # The calls check these first; said here for whoever starts it by hand.
+        sys.stderr.write(f"devs hook server: error: {error}\n")
+        sys.exit(2)
     sys.exit(0)
 
 

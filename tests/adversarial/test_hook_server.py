@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from devs.adapters.hooks import server as hook_server
 from devs.adapters.hooks.client import ask, call_environ, frame
 from tests.e2e.test_hook_server import Calls
@@ -101,6 +103,7 @@ def timed(calls: Calls, n: int) -> list[tuple[subprocess.CompletedProcess[str], 
     return made
 
 
+@pytest.mark.waits  # calls wait out the 5 s read deadline
 def test_a_silent_and_a_trickling_caller_delay_no_gate_failure(
     tmp_path: Path,
 ) -> None:
@@ -132,6 +135,7 @@ def test_a_silent_and_a_trickling_caller_delay_no_gate_failure(
     assert calls.server_pid() == pid  # the server answered them all
 
 
+@pytest.mark.waits  # waits out the 5 s read deadline
 def test_a_stalled_caller_is_dropped_after_the_deadline(tmp_path: Path) -> None:
     """Silent or trickling, a connection has ``READ_DEADLINE`` seconds for its
     whole request, then is told so and closed (the old server: 30 s for the
@@ -191,6 +195,7 @@ def ask_failure(calls: Calls, path: Path, n: int) -> dict[str, Any]:
     return ask(path, frame(header, json.dumps(failure).encode()), 30)
 
 
+@pytest.mark.waits  # waits out the 5 s read deadline
 def test_a_flood_of_connections_neither_ends_nor_exhausts_the_server(
     tmp_path: Path,
 ) -> None:

@@ -15,11 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from itsdangerous import TimestampSigner
 
 from devs.adapters.config import Settings, open_service
-from devs.adapters.console import COOKIE, SESSION_SECONDS
+from devs.adapters.console import (
+    COOKIE,
+    SESSION_SECONDS,
+    answers,
+    inbox,
+    live,
+    outbox,
+    runs,
+    sessions,
+    tasks,
+)
 from devs.adapters.http import create_app
 from devs.domain import Outcome, RecoveryService
 from tests.helpers import event_count
@@ -593,3 +604,72 @@ def test_service_errors_on_console_pages_are_pages(
         assert answer.status_code == status, (path, answer.text[:200])
         assert answer.headers["content-type"].startswith("text/html"), path
         assert "content-security-policy" in answer.headers
+
+
+def test_apps_in_one_process_each_keep_their_own_console(tmp_path: Path) -> None:
+    """What a console holds (its service, its signing key, its inbox) is its
+    app's: the routes are shared module-level functions, none closes over
+    an app."""
+    services = [open_service(Settings(db=str(tmp_path / f"{n}.sqlite"))) for n in "ab"]
+    other = SECRET[::-1]
+    apps = [
+        create_app(service, token=TOKEN, read_wait=0.3, console_secret=secret)
+        for service, secret in [
+            (services[0], SECRET),
+            (services[1], other),
+            (services[0], other),  # a's store, another key
+            (services[0], SECRET),  # a's store, a's key
+        ]
+    ]
+    escalate(services[0], "only-in-a")
+    escalate(services[1], "only-in-b")
+    try:
+        clients = [TestClient(app, follow_redirects=False) for app in apps]
+        a, b, c, d = clients
+        sign_in(a, services[0])
+        sign_in(b, services[1])
+        page_a, page_b = a.get("/console/").text, b.get("/console/").text
+        assert "only-in-a" in page_a
+        assert "only-in-b" not in page_a
+        assert "only-in-b" in page_b
+        assert "only-in-a" not in page_b
+        # A's session on the same store: good where the key is A's only.
+        cookie = {"Cookie": f"{COOKIE}={a.cookies[COOKIE]}"}
+        assert c.get("/console/", headers=cookie).headers["location"] == (
+            "/console/login"
+        )
+        assert d.get("/console/", headers=cookie).status_code == 200
+        parts = (answers, inbox, live, outbox, runs, sessions, tasks)
+        routes = [r for p in parts for r in p.router.routes]
+        routes += sessions.fallback.routes
+        endpoints = [r.endpoint for r in routes if isinstance(r, APIRoute)]
+        assert len(endpoints) == len(routes) == 16
+        assert all("<locals>" not in e.__qualname__ for e in endpoints)
+        for client in clients:
+            client.close()
+    finally:
+        for service in services:
+            service.close()
+
+
+def test_a_plain_install_ships_every_template_and_static_file() -> None:
+    """pyproject's package data covers every file of the console's
+    templates and static folders (a wheel without them serves no page)."""
+    import tomllib
+    from fnmatch import fnmatch
+
+    root = Path(__file__).resolve().parents[2]
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    setuptools = config["tool"]["setuptools"]
+    assert "devs.adapters.console" in setuptools["packages"]
+    globs = setuptools["package-data"]["devs.adapters.console"]
+    folder = root / "adapters" / "console"
+    shipped = [
+        path.relative_to(folder).as_posix()
+        for name in ("templates", "static")
+        for path in (folder / name).rglob("*")
+        if path.is_file()
+    ]
+    assert len(shipped) >= 17
+    for path in shipped:
+        assert any(fnmatch(path, glob) for glob in globs), path

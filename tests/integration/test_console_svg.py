@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from devs.adapters.console_svg import (
+from devs.adapters.console.svg import (
     MAX_BARS,
     MAX_DAG_NODES,
     bar_chart_svg,
