@@ -12,7 +12,6 @@ from devs.domain import (
     AttemptDecision,
     EntropyDecision,
     GateDecision,
-    HandoffEntry,
     HistoryEntry,
     Outcome,
 )
@@ -138,11 +137,6 @@ def gate_line(decision: GateDecision) -> str:
     if decision.stuck is not None and decision.stuck.signals:
         line += f"; stuck {stuck_text(decision.stuck)}"
     return line
-
-
-def handoff_summary(entry: HandoffEntry) -> str:
-    claimed = f"claimed by {entry.claimed_by}" if entry.claimed_by else "unclaimed"
-    return f"{entry.payload.task_id}: {entry.payload.failure_count} failures, {claimed}"
 
 
 _HISTORY_FIELDS = (

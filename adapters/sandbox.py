@@ -59,8 +59,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+from pydantic import ValidationError, ValidationInfo, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from devs.adapters.config import (
     SWITCH_OFF,
@@ -71,6 +79,7 @@ from devs.adapters.config import (
 )
 from devs.domain.errors import DevsError, InvalidInput
 from devs.domain.output import error_line as the_error_line
+from devs.domain.policy import EnvironSettings, EnvironSource
 from devs.domain.redaction import error_hash, redact, secret_kind
 
 if TYPE_CHECKING:
@@ -123,24 +132,40 @@ MAX_MEMORY_ENV = "DEVS_GATE_MAX_MEMORY_MB"
 MAX_CPU_ENV = "DEVS_GATE_MAX_CPU_SECONDS"
 
 
-def _setting(environ: Mapping[str, str], name: str, default: int, maximum: int) -> int:
-    raw = (environ.get(name) or "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= maximum:
-        msg = f"{name} must be a whole number in [1, {maximum}], got {raw[:40]!r}"
-        raise InvalidInput(msg, field=name)
-    return value
+_VARIABLES = {
+    "allow_unsandboxed": ALLOW_UNSANDBOXED_ENV,
+    "tmp_mb": TMP_MB_ENV,
+    "max_processes": MAX_PROCESSES_ENV,
+    "max_timeout": MAX_TIMEOUT_ENV,
+    "max_memory_mb": MAX_MEMORY_ENV,
+    "max_cpu_seconds": MAX_CPU_ENV,
+}
+_MAXIMA = {
+    "tmp_mb": 1_048_576,
+    "max_processes": 1_000_000,
+    "max_timeout": 86_400,
+    "max_memory_mb": 1_048_576,
+    "max_cpu_seconds": 86_400,
+}
 
 
-@dataclass(frozen=True)
-class GateSettings:
-    """The gates' bounds and the unsandboxed switch, read from the
-    environment (:meth:`from_environ`; docs/configuration.md)."""
+class _GateVariables(EnvironSource):
+    """Each setting from its own variable (:data:`_VARIABLES`: they share no
+    prefix), read with the mapping's ``get``; no other variable is read."""
+
+    def get_field_value(
+        self, field: FieldInfo, field_name: str
+    ) -> tuple[Any, str, bool]:
+        return self.environ.get(_VARIABLES[field_name]), field_name, False
+
+
+class GateSettings(EnvironSettings):
+    """The gates' bounds and the unsandboxed switch: ``GateSettings()`` reads
+    ``os.environ``, ``GateSettings.from_environ(mapping)`` a mapping (values
+    given in code win; docs/configuration.md). A blank variable keeps the
+    default; a wrong one is an ``InvalidInput`` naming its variable."""
+
+    model_config = SettingsConfigDict(frozen=True)
 
     allow_unsandboxed: bool = False
     """``DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES``: an agent's gate (MCP
@@ -158,28 +183,69 @@ class GateSettings:
     """``DEVS_GATE_MAX_CPU_SECONDS``: an agent's gate's CPU limit: its
     default and the most it may ask."""
 
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> GateSettings:
-        """The settings; a wrong one is an ``InvalidInput`` naming its variable."""
-        raw = (environ.get(ALLOW_UNSANDBOXED_ENV) or "").strip().lower()
-        if raw and raw not in SWITCH_ON | SWITCH_OFF:
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            first = error.errors()[0]
+            name = str(first["loc"][0]) if first["loc"] else ""
+            variable = _VARIABLES.get(name, name)
+            cause = (first.get("ctx") or {}).get("error")
             msg = (
-                f"{ALLOW_UNSANDBOXED_ENV} must be 1 or 0 (true/false, yes/no, "
-                f"on/off), got {raw[:40]!r}"
+                str(cause)
+                if isinstance(cause, ValueError)
+                else f"{variable} is not valid: {first['msg']}"
             )
-            raise InvalidInput(msg, field=ALLOW_UNSANDBOXED_ENV)
-        return cls(
-            allow_unsandboxed=raw in SWITCH_ON,
-            tmp_mb=_setting(environ, TMP_MB_ENV, cls.tmp_mb, 1_048_576),
-            max_processes=_setting(
-                environ, MAX_PROCESSES_ENV, cls.max_processes, 1_000_000
-            ),
-            max_timeout=_setting(environ, MAX_TIMEOUT_ENV, cls.max_timeout, 86_400),
-            max_memory_mb=_setting(
-                environ, MAX_MEMORY_ENV, cls.max_memory_mb, 1_048_576
-            ),
-            max_cpu_seconds=_setting(environ, MAX_CPU_ENV, cls.max_cpu_seconds, 86_400),
+            raise InvalidInput(msg, field=variable) from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Values in code, then the variables; no .env or secrets files.
+        environ = cls.environ_source(settings_cls)
+        assert isinstance(environ, EnvironSource)
+        return (init_settings, _GateVariables(settings_cls, environ.environ))
+
+    @field_validator("allow_unsandboxed", mode="before")
+    @classmethod
+    def _switch(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return value
+        raw = str(value).strip().lower()
+        if not raw or raw in SWITCH_OFF:
+            return False
+        if raw in SWITCH_ON:
+            return True
+        msg = (
+            f"{ALLOW_UNSANDBOXED_ENV} must be 1 or 0 (true/false, yes/no, "
+            f"on/off), got {raw[:40]!r}"
         )
+        raise ValueError(msg)
+
+    @field_validator(*_MAXIMA, mode="before")
+    @classmethod
+    def _whole(cls, value: Any, info: ValidationInfo) -> Any:
+        name = str(info.field_name)
+        raw = str(value).strip()
+        if not raw:
+            return cls.model_fields[name].default
+        try:
+            number = int(raw) if not isinstance(value, bool) else 0
+        except ValueError:
+            number = 0
+        if not 1 <= number <= _MAXIMA[name]:
+            msg = (
+                f"{_VARIABLES[name]} must be a whole number in "
+                f"[1, {_MAXIMA[name]}], got {raw[:40]!r}"
+            )
+            raise ValueError(msg)
+        return number
 
 
 class IsolationUnavailable(DevsError):

@@ -15,6 +15,7 @@ from devs.adapters.cli.base import (
     Context,
     ExitCode,
     cli,
+    complete_task_id,
     emit_json,
     fail,
     handles_errors,
@@ -45,7 +46,13 @@ def _policy(base: Policy, changes: dict[str, object]) -> Policy:
     type=click.Choice([mode.value for mode in StuckDetection]),
     default=None,
 )
-@click.option("--task", "task_ids", multiple=True, help="Only this task (repeatable).")
+@click.option(
+    "--task",
+    "task_ids",
+    multiple=True,
+    shell_complete=complete_task_id,
+    help="Only this task (repeatable).",
+)
 @click.option("--run", "run_id", default=None, help="Only the tasks of this run.")
 @json_option
 @pass_context
@@ -119,7 +126,13 @@ _TOTALS: tuple[tuple[str, str], ...] = tuple(
 
 
 @cli.command("replay-check")
-@click.option("--task", "task_ids", multiple=True, help="Only this task (repeatable).")
+@click.option(
+    "--task",
+    "task_ids",
+    multiple=True,
+    shell_complete=complete_task_id,
+    help="Only this task (repeatable).",
+)
 @json_option
 @pass_context
 @handles_errors
@@ -151,7 +164,7 @@ def replay_check(ctx: Context, task_ids: Sequence[str], as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("task_ids", nargs=-1)
+@click.argument("task_ids", nargs=-1, shell_complete=complete_task_id)
 @click.option(
     "--output",
     "-o",

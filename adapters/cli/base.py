@@ -8,13 +8,17 @@ import getpass
 import logging
 import os
 import shlex
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from enum import IntEnum
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
+from urllib.parse import quote
 
 import click
 import orjson
+from click.shell_completion import CompletionItem
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
@@ -24,8 +28,11 @@ from devs.adapters.config import DB_ENV, DEFAULT_DB, Backend, Settings, open_ser
 from devs.domain import (
     AlreadyExists,
     AttemptDecision,
+    Conflict,
     DevsError,
     GateDecision,
+    InvalidInput,
+    NotFound,
     Outcome,
     RecoveryService,
     StoreError,
@@ -92,11 +99,6 @@ class Context:
         return self._settings
 
     @property
-    def db(self) -> str:
-        """The SQLite file (``--db``, else ``DEVS_DB``, else the default)."""
-        return self.settings.db
-
-    @property
     def app(self) -> RecoveryService:
         if self._app is None:
             settings = self.settings
@@ -129,9 +131,53 @@ def missing_directory(settings: Settings) -> str | None:
     )
 
 
-def fail(message: str, code: ExitCode) -> None:
+# The kind a failure without a service error names in its JSON object: the
+# kind of the service's error class with that exit code (errors.py).
+KINDS = {
+    ExitCode.USAGE: "usage",
+    ExitCode.BAD_INPUT: InvalidInput.kind,
+    ExitCode.NOT_FOUND: NotFound.kind,
+    ExitCode.REFUSED: DevsError.kind,
+    ExitCode.STORE: StoreError.kind,
+    ExitCode.CONFLICT: Conflict.kind,
+}
+
+
+def fail(
+    message: str,
+    code: ExitCode,
+    *,
+    kind: str | None = None,
+    field: str | None = None,
+    as_json: bool | None = None,
+) -> None:
+    """Say what went wrong as one line on stderr (``devs: error: …``) and
+    exit with ``code``. A command given ``--json`` also writes the error as a
+    JSON object on stdout (:func:`error_object`), so a program reading its
+    stdout reads JSON whether the command worked or not."""
+    if as_json is None:
+        current = click.get_current_context(silent=True)
+        as_json = bool(current is not None and current.params.get("as_json"))
+    if as_json:
+        emit_json(error_object(message, code, kind=kind, field=field))
     err.print(f"devs: error: {message}", markup=False, soft_wrap=True)
     sys.exit(int(code))
+
+
+def error_object(
+    message: str, code: ExitCode, *, kind: str | None = None, field: str | None = None
+) -> dict[str, Any]:
+    """``{"error": {"kind", "message", "exit_code", "field"}}``: ``kind`` as
+    the HTTP API names it (``not_found``, ``invalid_input``, ...; ``usage``
+    for a wrong command line), ``field`` the value that was wrong, if known."""
+    return {
+        "error": {
+            "kind": kind or KINDS.get(code, DevsError.kind),
+            "message": message,
+            "exit_code": int(code),
+            "field": field,
+        }
+    }
 
 
 def error_line(error: DevsError) -> str:
@@ -181,7 +227,12 @@ def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
         try:
             return command(*args, **kwargs)
         except DevsError as error:  # its class says its code (errors.py)
-            fail(error_line(error), ExitCode(error.exit_code))
+            fail(
+                error_line(error),
+                ExitCode(error.exit_code),
+                kind=error.kind,
+                field=error.field if isinstance(error, InvalidInput) else None,
+            )
             raise  # unreachable: fail exits
 
     return wrapper
@@ -208,6 +259,60 @@ def default_actor() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "unknown"
+
+
+COMPLETIONS_MAX = 200
+
+
+def _task_ids_of(path: str, prefix: str) -> list[str]:
+    """The task ids starting with ``prefix`` in the devs store at ``path``,
+    read-only (``mode=ro``: the file is never written, its journal mode never
+    changed); none when the file is not a devs store (no ``tasks`` table of
+    the task index)."""
+    uri = f"file:{quote(os.path.abspath(path))}?mode=ro"
+    with closing(sqlite3.connect(uri, uri=True, timeout=0.2)) as db:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+        if not {"stored_events", "tasks"} <= tables:
+            return []
+        rows = db.execute(  # the task index (projections/tasks.py), by id
+            "SELECT id FROM tasks WHERE id >= ? ORDER BY id LIMIT ?",
+            (prefix, COMPLETIONS_MAX * 5),
+        )
+        found = [task_id for (task_id,) in rows if task_id.startswith(prefix)]
+    return found
+
+
+def complete_task_id(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """The task ids of the configured store (``--db`` as typed so far, else
+    the environment's) that start with ``incomplete``, for shell completion
+    (``_DEVS_COMPLETE``; docs/cli.md). Reads a SQLite file read-only and
+    nothing else: never creates or changes a store (a file that is not a
+    devs store, or a PostgreSQL database, completes nothing); and it says
+    nothing (no warning, no error, nothing of a setting) whatever goes wrong,
+    as a completion must not write to the terminal."""
+    root = ctx.find_root()
+    db = root.params.get("db")
+    logging.disable(logging.CRITICAL)
+    try:
+        settings = Settings(**({"db": db} if db else {}))
+        if settings.backend is not Backend.SQLITE or not os.path.isfile(settings.db):
+            # PostgreSQL or memory: nothing read (a completion opens no
+            # connection that could create a schema); a missing file: none.
+            return []
+        found = _task_ids_of(settings.db, incomplete)
+    except Exception:
+        return []
+    finally:
+        logging.disable(logging.NOTSET)
+    return [CompletionItem(task_id) for task_id in found[:COMPLETIONS_MAX]]
+
+
+def task_argument(**attrs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """The ``TASK_ID`` argument of a command that acts on an existing task,
+    completing its ids in the shell (:func:`complete_task_id`)."""
+    return click.argument("task_id", shell_complete=complete_task_id, **attrs)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -239,7 +344,70 @@ class OnceEach(logging.Filter):
         return True
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class UsageLine(click.UsageError):
+    """A wrong command line, said as every other error is: one line on
+    stderr, ``devs: error: … (see devs status --help)``, exit 2 (and, when
+    the line asked for ``--json``, the JSON error object on stdout)."""
+
+    def __init__(self, error: click.UsageError, as_json: bool) -> None:
+        super().__init__(error.format_message(), error.ctx)
+        self.as_json = as_json
+
+    def show(self, file: Any = None) -> None:
+        message = " ".join(self.format_message().split()).rstrip(".")
+        if message[:2].istitle():  # click's "No such option" reads "no such …"
+            message = message[0].lower() + message[1:]
+        where = self.ctx.command_path if self.ctx is not None else "devs"
+        line = f"{message} (see {where} --help)"
+        if self.as_json:
+            click.echo(
+                orjson.dumps(
+                    error_object(line, ExitCode.USAGE), option=orjson.OPT_INDENT_2
+                ).decode()
+            )
+        click.echo(f"devs: error: {line}", err=True)
+
+
+class Devs(click.Group):
+    """The root group: a usage error anywhere below it is a
+    :class:`UsageLine`."""
+
+    @staticmethod
+    def _line(error: click.UsageError, args: Sequence[str]) -> click.UsageError:
+        if isinstance(error, click.exceptions.NoArgsIsHelpError):
+            return error  # `devs task` alone: the group's help
+        words = list(args)
+        before = words[: words.index("--")] if "--" in words else words
+        return UsageLine(error, "--json" in before)
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        given = list(args)
+        try:
+            ctx = super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as error:
+            raise self._line(error, given) from None
+        ctx.meta[ARGS_KEY] = given
+        return ctx
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageLine:
+            raise
+        except click.UsageError as error:
+            raise self._line(error, ctx.meta.get(ARGS_KEY, ())) from None
+
+
+ARGS_KEY = "devs.args"
+
+
+@click.group(cls=Devs, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
     type=click.Path(dir_okay=False),
@@ -288,6 +456,56 @@ def cli(ctx: click.Context, db: str | None, verbose: bool) -> None:
 TIME = "%Y-%m-%d %H:%M:%S"
 
 
+def to_terminal() -> bool:
+    """Whether stdout is a terminal (a person reads it) rather than a pipe
+    or a file (a program does)."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced, or closed
+        return False
+
+
+def shortened(text: str, limit: int) -> str:
+    """An agent's text for a table cell: on one line, readable
+    (:func:`presenters.one_line`), and cut to ``limit`` characters on a
+    terminal only; a program reading a pipe gets it whole."""
+    return presenters.one_line(text, limit if to_terminal() else len(text) + 1)
+
+
+_TSV_BREAKS = str.maketrans({"\t": " ", "\n": " ", "\r": " "})
+
+
+def show_table(
+    title: str | None,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    whole: Sequence[str] = (),
+    right: Sequence[str] = (),
+) -> None:
+    """A table: drawn for a person on a terminal (the ``whole`` columns, ids
+    to copy, never cut short on a narrow one: the others give way; the
+    ``right`` ones right-aligned); to a pipe or a file, as ``gh`` and
+    ``kubectl`` do, tab-separated lines, a header of the column names then
+    one line per row, every value whole (a tab or line break in one becomes
+    a space), and no title."""
+    if not to_terminal():
+        for cells in (columns, *rows):
+            plain("\t".join(cell.translate(_TSV_BREAKS) for cell in cells))
+        return
+    table = Table(title=title)
+    for index, column in enumerate(columns):
+        justify: Literal["left", "right"] = "right" if column in right else "left"
+        if column in whole and rows:
+            width = max(len(cells[index]) for cells in rows)
+            table.add_column(column, no_wrap=True, min_width=width, justify=justify)
+        else:
+            table.add_column(column, justify=justify)
+    for cells in rows:
+        table.add_row(*cells)
+    out.print(table)
+
+
 def show_rows(
     items: Sequence[Any],
     as_json: bool,
@@ -298,26 +516,15 @@ def show_rows(
     row: Callable[[Any], Sequence[str]],
     whole: Sequence[str] = (),
 ) -> None:
-    """A listing: JSON for tooling, else a table (or a line when it is empty).
-    The ``whole`` columns (ids to copy) are never cut short on a narrow
-    terminal: the others give way."""
+    """A listing: JSON for tooling, else a table (:func:`show_table`), or a
+    line when it is empty."""
     if as_json:
         emit_json(items)
         return
     if not items:
         plain(empty)
         return
-    rows = [row(item) for item in items]
-    table = Table(title=title)
-    for index, column in enumerate(columns):
-        if column in whole:
-            width = max(len(cells[index]) for cells in rows)
-            table.add_column(column, no_wrap=True, min_width=width)
-        else:
-            table.add_column(column)
-    for cells in rows:
-        table.add_row(*cells)
-    out.print(table)
+    show_table(title, columns, [row(item) for item in items], whole=whole)
 
 
 # ------------------------------------------------------------ decision output

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import click
 
-from devs.adapters import presenters
 from devs.adapters.cli.base import (
     TIME,
     Context,
@@ -21,7 +20,9 @@ from devs.adapters.cli.base import (
     json_option,
     pass_context,
     reason_option,
+    shortened,
     show_rows,
+    task_argument,
 )
 from devs.domain import (
     NotFound,
@@ -40,7 +41,7 @@ if_version_option = click.option(
 
 
 @cli.command()
-@click.argument("task_id")
+@task_argument()
 @reason_option
 @actor_option
 @if_version_option
@@ -61,7 +62,7 @@ def resume(
 
 
 @cli.command()
-@click.argument("task_id")
+@task_argument()
 @click.option(
     "--to-commit", default=None, help="Commit to revert to (default: the start)."
 )
@@ -109,7 +110,7 @@ def waiting_task(app: RecoveryService) -> str:
 
 
 @cli.command()
-@click.argument("task_id", required=False)
+@task_argument(required=False)
 @reason_option
 @actor_option
 @if_version_option
@@ -150,10 +151,11 @@ def handoffs(ctx: Context, as_json: bool) -> None:
             "last commit",
             "claimed by",
         ),
+        whole=("task",),
         row=lambda entry: (
             entry.payload.task_id,
             str(entry.payload.failure_count),
-            presenters.one_line(entry.payload.last_error, 60),
+            shortened(entry.payload.last_error, 60),
             entry.payload.originating_agent or "-",
             entry.payload.last_commit or "-",
             entry.claimed_by or "-",
@@ -162,7 +164,7 @@ def handoffs(ctx: Context, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("task_id")
+@task_argument()
 @actor_option
 @if_version_option
 @json_option
@@ -179,7 +181,7 @@ def claim(
 
 
 @cli.command()
-@click.argument("task_id")
+@task_argument()
 @actor_option
 @if_version_option
 @json_option
@@ -194,7 +196,7 @@ def release(
 
 
 @cli.command(name="take-over")
-@click.argument("task_id")
+@task_argument()
 @reason_option
 @actor_option
 @if_version_option
@@ -222,7 +224,7 @@ def take_over(
 
 
 @cli.command()
-@click.argument("task_id")
+@task_argument()
 @click.option(
     "--resolution",
     "--as",
@@ -283,6 +285,7 @@ def sessions(ctx: Context, as_json: bool) -> None:
             "entropy",
             "claimed by",
         ),
+        whole=("session", "task"),
         row=lambda session: (
             session.session_id,
             session.task_id,
@@ -296,7 +299,7 @@ def sessions(ctx: Context, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("task_id")
+@task_argument()
 @json_option
 @pass_context
 @handles_errors
@@ -309,8 +312,8 @@ def lessons(ctx: Context, task_id: str, as_json: bool) -> None:
         title=f"Lessons of {task_id}",
         columns=("failed strategy", "root cause", "logged"),
         row=lambda item: (
-            presenters.one_line(item.failed_strategy, 80),
-            presenters.one_line(item.rca_summary, 80),
+            shortened(item.failed_strategy, 80),
+            shortened(item.rca_summary, 80),
             item.logged_at.strftime(TIME),
         ),
     )

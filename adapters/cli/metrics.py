@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import click
-from rich.table import Table
 
-from devs.adapters import presenters
 from devs.adapters.cli.base import (
     Context,
     cli,
     emit_json,
     handles_errors,
     json_option,
-    out,
     pass_context,
+    plain,
+    shortened,
+    show_table,
 )
 from devs.domain import Metrics
 from devs.domain.ports import Distribution
@@ -50,43 +50,42 @@ def show(figures: Metrics) -> None:
     scope = [f"run {figures.run_id}"] if figures.run_id else []
     if figures.since is not None:
         scope.append(f"started since {figures.since.isoformat()}")
-    table = Table(title=f"Metrics ({', '.join(scope) or 'all tasks'})")
-    table.add_column("figure")
-    table.add_column("value")
-    table.add_row("tasks", str(figures.tasks))
-    for state, count in figures.tasks_by_state.items():
-        table.add_row(f"  {state}", str(count))
+    rows = [["tasks", str(figures.tasks)]]
+    rows += [[f"  {state}", str(n)] for state, n in figures.tasks_by_state.items()]
     looped = round(figures.loop_rate * figures.tasks)
-    table.add_row("loop rate", f"{figures.loop_rate:.1%} ({looped} of {figures.tasks})")
     before = figures.failures_before_first_human
-    table.add_row("reached a human", plural(before.count, "task"))
-    table.add_row("  failures before", spread(before, count_text))
     waits = figures.time_to_human
-    table.add_row("waits for a human", f"{waits.count} answered, {waits.open} open")
-    table.add_row("  time to human", spread(waits, duration))
     ends = figures.handoffs_by_resolution
-    table.add_row("hand-offs", ", ".join(f"{end} {n}" for end, n in ends.items()))
-    table.add_row("blocked attempts", str(figures.blocked_attempts))
-    table.add_row(
-        "stuck (score >= 0.75)",
-        f"{plural(figures.stuck_tasks, 'task')}"
-        + (
-            f" ({', '.join(f'{k} {n}' for k, n in figures.stuck_signals.items())})"
-            if figures.stuck_signals
-            else ""
-        ),
+    signals = ", ".join(f"{k} {n}" for k, n in figures.stuck_signals.items())
+    rows += [
+        ["loop rate", f"{figures.loop_rate:.1%} ({looped} of {figures.tasks})"],
+        ["reached a human", plural(before.count, "task")],
+        ["  failures before", spread(before, count_text)],
+        ["waits for a human", f"{waits.count} answered, {waits.open} open"],
+        ["  time to human", spread(waits, duration)],
+        ["hand-offs", ", ".join(f"{end} {n}" for end, n in ends.items())],
+        ["blocked attempts", str(figures.blocked_attempts)],
+        [
+            "stuck (score >= 0.75)",
+            plural(figures.stuck_tasks, "task") + (f" ({signals})" if signals else ""),
+        ],
+        ["  highest score", spread(figures.stuck_score, lambda v: f"{v:.2f}")],
+    ]
+    show_table(
+        f"Metrics ({', '.join(scope) or 'all tasks'})", ("figure", "value"), rows
     )
-    table.add_row("  highest score", spread(figures.stuck_score, lambda v: f"{v:.2f}"))
-    out.print(table)
     if not figures.top_failed_strategies:
-        out.print("no failed strategies")
+        plain("no failed strategies")
         return
-    strategies = Table(title="Most repeated failed strategies")
-    strategies.add_column("failures", justify="right")
-    strategies.add_column("strategy")
-    for item in figures.top_failed_strategies:
-        strategies.add_row(str(item.failures), presenters.one_line(item.strategy, 80))
-    out.print(strategies)
+    show_table(
+        "Most repeated failed strategies",
+        ("failures", "strategy"),
+        [
+            [str(item.failures), shortened(item.strategy, 80)]
+            for item in figures.top_failed_strategies
+        ],
+        right=("failures",),
+    )
 
 
 def spread(values: Distribution, text: Callable[[float], str]) -> str:

@@ -28,7 +28,7 @@ from devs.domain import DevsError
 from devs.domain.names import DeliveryState
 
 if TYPE_CHECKING:
-    from devs.adapters.notifier import Sweeper
+    from devs.adapters.notify.sweeper import Sweeper
 
 STATES = tuple(state.value for state in DeliveryState)
 
@@ -137,7 +137,8 @@ def deadlines_run(ctx: Context, once: bool) -> None:
     send the reminders due (DEVS_HUMAN_REMINDER), each second until SIGTERM
     or Ctrl-C; with --once, one look. devs serve does this itself: this is
     for those who run no server. Several may run: one looks at a time."""
-    from devs.adapters.notifier import SWEEP_EVERY, Sweeper, reminder_setting
+    from devs.adapters.notify.settings import reminder_setting
+    from devs.adapters.notify.sweeper import SWEEP_EVERY, Sweeper
 
     reminder = reminder_setting()  # the endpoints' settings are not its business
     ctx.app.catch_up()  # every wait recorded so far, whoever folds the views

@@ -6,7 +6,6 @@ from typing import Any
 
 import click
 import orjson
-from rich.table import Table
 
 from devs.adapters.cli.base import (
     Context,
@@ -14,9 +13,9 @@ from devs.adapters.cli.base import (
     emit_json,
     handles_errors,
     json_option,
-    out,
     pass_context,
     plain,
+    show_table,
 )
 from devs.domain import (
     InvalidInput,
@@ -87,11 +86,10 @@ def run_show(ctx: Context, run_id: str, as_json: bool) -> None:
     plain(f"run {state.run_id}: {state.status}")
     if state.paused_by:
         plain(f"  paused by: {', '.join(state.paused_by)}")
-    table = Table()
-    for column in ("node", "prerequisites", "progress"):
-        table.add_column(column)
-    for node in state.order:
-        progress = (
+    rows = [
+        (
+            node,
+            ", ".join(state.dag[node]) or "-",
             "completed"
             if node in state.completed
             else "skipped"
@@ -100,7 +98,8 @@ def run_show(ctx: Context, run_id: str, as_json: bool) -> None:
             if node in state.started
             else "ready"
             if node in state.ready
-            else "waiting"
+            else "waiting",
         )
-        table.add_row(node, ", ".join(state.dag[node]) or "-", progress)
-    out.print(table)
+        for node in state.order
+    ]
+    show_table(None, ("node", "prerequisites", "progress"), rows, whole=("node",))

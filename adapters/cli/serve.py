@@ -64,7 +64,9 @@ def serve(ctx: Context, host: str, port: int, workers: int) -> None:
     """
     # the server's libraries load only for this command
     from devs.adapters import serving
-    from devs.adapters.notifier import channels_of, notify_settings, open_channels
+    from devs.adapters.notify.registry import channels_of
+    from devs.adapters.notify.sender import open_channels
+    from devs.adapters.notify.settings import notify_settings
 
     # Every setting is checked here, not in each worker, and a store that
     # cannot be opened fails now: one line, the documented exit code.

@@ -16,6 +16,7 @@ from devs.adapters.cli.base import (
     Context,
     ExitCode,
     cli,
+    complete_task_id,
     emit_json,
     err,
     fail,
@@ -26,11 +27,12 @@ from devs.adapters.cli.base import (
     show_attempt,
     show_gate,
     show_rows,
+    task_argument,
 )
+from devs.adapters.gate_run import GateCall
 from devs.adapters.sandbox import (
     DEFAULT_OUTPUT_CAP,
     IsolationUnavailable,
-    run_gate,
     store_file,
 )
 from devs.domain import (
@@ -39,8 +41,6 @@ from devs.domain import (
     TaskSummary,
 )
 from devs.domain.output import readable
-from devs.domain.redaction import redact
-from devs.domain.values import GateName, Strategy, validated
 
 # ------------------------------------------------------------------- commands
 
@@ -57,6 +57,7 @@ from devs.domain.values import GateName, Strategy, validated
     "--after",
     metavar="TASK",
     default=None,
+    shell_complete=complete_task_id,
     help="Start after this task id (the last one of the page before).",
 )
 @json_option
@@ -105,6 +106,7 @@ def status(
         empty="no tasks",
         title="Tasks by state",
         columns=("state", "task", "run", "failures", "stuck", "updated"),
+        whole=("task",),
         row=lambda t: (
             t.state,
             t.task_id,
@@ -134,7 +136,7 @@ def task() -> None:
 
 
 @task.command("start")
-@click.argument("task_id")
+@task_argument()
 @click.option("--run", "run_id", default=None, help="The run whose node this task is.")
 @click.option("--agent", default=None, help="The agent working on it.")
 @click.option("--commit", "last_commit", default=None, help="The starting commit.")
@@ -220,7 +222,7 @@ def describe_task(summary: TaskSummary) -> str:
 
 
 @task.command("show")
-@click.argument("task_id")
+@task_argument()
 @json_option
 @pass_context
 @handles_errors
@@ -234,7 +236,7 @@ def task_show(ctx: Context, task_id: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("task_id")
+@task_argument()
 @click.option(
     "--at", "at_version", type=int, default=None, help="Stop at this version."
 )
@@ -283,7 +285,7 @@ def history(
 
 
 @cli.command()
-@click.argument("task_id")
+@task_argument()
 @click.argument("strategy")
 @json_option
 @pass_context
@@ -299,7 +301,7 @@ def attempt(ctx: Context, task_id: str, strategy: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("task_id")
+@task_argument()
 @click.argument("strategy")
 @click.argument("rca")
 @json_option
@@ -318,7 +320,7 @@ def lesson(ctx: Context, task_id: str, strategy: str, rca: str, as_json: bool) -
 
 
 @cli.command()
-@click.argument("task_id")
+@task_argument()
 @click.argument("score")
 @json_option
 @pass_context
@@ -351,7 +353,7 @@ def gate() -> None:
 
 
 @gate.command("run", context_settings={"ignore_unknown_options": True})
-@click.argument("task_id")
+@task_argument()
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.option(
     "--gate", "gate_name", default="tests", show_default=True, help="Gate name."
@@ -434,40 +436,34 @@ def gate_run(
     weaker isolation. The working directory must not be the store's folder
     unless --in-store-folder (then it is read-only).
     """
-    # Refuse an unknown task, one that takes no gate now, or a gate name or
-    # strategy the record would refuse, before running anything.
-    ctx.app.require_gate_allowed(task_id)
-    _recordable(gate_name, strategy)
+    call = GateCall(
+        task_id,
+        tuple(command),
+        gate=gate_name,
+        strategy=strategy,
+        cwd=cwd,
+        timeout=timeout,
+        cpu_seconds=cpu_seconds,
+        memory_mb=memory_mb,
+        pass_env=tuple(pass_env),
+        output_cap=output_cap,
+        isolation="require" if require_isolation else "auto",
+        network=network,
+        allow_paths=tuple(allow_paths),
+        in_store_folder=in_store_folder,
+    )
+    # Refuses an unknown task, one that takes no gate now, or a gate name or
+    # strategy the record would refuse, before running anything; the
+    # referee's own store is out of the command's reach.
+    call.check(ctx.app)
     try:
-        result = run_gate(
-            command,
-            cwd=cwd,
-            timeout=timeout,
-            cpu_seconds=cpu_seconds,
-            memory_mb=memory_mb,
-            pass_env=pass_env,
-            output_cap=output_cap,
-            isolation="require" if require_isolation else "auto",
-            network=network,
-            allow_paths=allow_paths,
-            # The referee's own log is out of the command's reach.
-            store=store_file(ctx.app),
-            in_store_folder=in_store_folder,
-        )
+        result = call.run(store_file(ctx.app))
     except IsolationUnavailable as error:
-        fail(" ".join(str(error).split()), ExitCode.REFUSED)
+        fail(" ".join(str(error).split()), ExitCode.REFUSED, kind=error.kind)
         raise  # not reached: fail() exits
     if result.fallback is not None:
         click.echo(f"devs: warning: {result.fallback}", err=True)
-    shown = redact(shlex.join(command))
-    decision = ctx.app.record_gate(
-        task_id,
-        result.exit_code,
-        gate=gate_name,
-        strategy=strategy,
-        error=result.error_line,
-        output=result.output,
-    )
+    decision = call.record(ctx.app, result)
     if as_json:
         emit_json(
             {
@@ -480,23 +476,18 @@ def gate_run(
                     "truncated_bytes": result.truncated_bytes,
                     "scrubbed_env": list(result.scrubbed_env),
                     "isolation": result.isolation,
+                    "command": call.shown,
                 },
                 "decision": decision,
             }
         )
         sys.exit(int(OUTCOME_CODES[decision.outcome]))
-    plain(f"$ {shown}  ->  {result.error} in {result.duration_seconds:.2f}s")
+    plain(f"$ {call.shown}  ->  {result.error} in {result.duration_seconds:.2f}s")
     show_gate(ctx.app, decision, as_json=False)
 
 
-@validated
-def _recordable(gate: GateName, strategy: Strategy | None) -> None:
-    """``InvalidInput`` (naming ``gate`` or ``strategy``) for a value
-    ``record_gate`` would refuse after the command ran."""
-
-
 @gate.command("status")
-@click.argument("task_id")
+@task_argument()
 @json_option
 @pass_context
 @handles_errors

@@ -47,6 +47,8 @@ from typing import Any, Literal
 
 import orjson
 
+from devs.adapters.gate_run import command_line
+from devs.adapters.hooks import variables
 from devs.domain import blacklist
 from devs.domain.chart import FINISHED, WAITING, WORKING, TaskState
 from devs.domain.decisions import Outcome, TaskSummary
@@ -56,12 +58,11 @@ from devs.domain.output import error_line as the_error_line
 from devs.domain.output import shown as the_error_line_shown
 from devs.domain.redaction import redact
 from devs.domain.service import RecoveryApi
-from devs.domain.values import ID_MAX, LINK_MAX, NAME_MAX, STRATEGY_MAX
+from devs.domain.values import ID_MAX, LINK_MAX, STRATEGY_MAX
 
 TASK_ENV = "DEVS_TASK_ID"
 URL_ENV = "DEVS_URL"
 GATE_PATTERN_ENV = "DEVS_GATE_PATTERN"
-STATE_DIR_ENV = "DEVS_HOOK_STATE_DIR"
 HOOK_TIMEOUT_ENV = "DEVS_HOOK_TIMEOUT"
 NUDGE_ENV = "DEVS_HOOK_NUDGE"
 _ON = frozenset({"1", "true", "yes", "on"})
@@ -392,12 +393,12 @@ class HookSettings:
 
 def default_state_dir(environ: Mapping[str, str]) -> Path:
     """``DEVS_HOOK_STATE_DIR``, else ``$XDG_STATE_HOME/devs/hooks``, else
-    ``~/.local/state/devs/hooks``."""
-    if given := (environ.get(STATE_DIR_ENV) or "").strip():
-        return Path(given)
-    if xdg := (environ.get("XDG_STATE_HOME") or "").strip():
-        return Path(xdg) / "devs" / "hooks"
-    return Path.home() / ".local" / "state" / "devs" / "hooks"
+    ``~/.local/state/devs/hooks`` (:func:`devs.adapters.hooks.variables.state_dir`);
+    ``InvalidInput`` naming a bad one."""
+    try:
+        return variables.state_dir(environ)
+    except variables.BadVariable as error:
+        raise InvalidInput(str(error), field=error.variable) from None
 
 
 def _check_task_id(task_id: str, name: str) -> None:
@@ -609,8 +610,10 @@ def edit_change(path: str, new_text: str) -> str:
 
 
 def _one_line(text: str, limit: int) -> str:
-    """``text`` redacted, on one line, cut to ``limit`` (redacted first)."""
-    return _bounded(" ".join(redact(text[: 4 * limit]).split()), limit)
+    """``text`` redacted whole, on one line, then cut to ``limit``: a secret
+    across a cut would be half kept, too short to be recognised (redact is
+    linear)."""
+    return _bounded(" ".join(redact(text).split()), limit)
 
 
 def command_change(command: str) -> str:
@@ -1041,11 +1044,8 @@ class Breaker:
         changed = bool(record.changes)
         record.changes = []
         record.refused = 0
-        # Redacted before it is cut: a secret across the cut is kept whole
-        # enough to be recognised.
-        gate_name = _bounded(
-            " ".join(redact(seen.command[: NAME_MAX * 4]).split()), NAME_MAX - 7
-        )
+        # As MCP's run_gate names a gate: redacted whole, then cut.
+        gate_name = command_line(seen.command)
         failed = seen.failed or (seen.exit_code not in (None, 0))
         if not failed:
             self.api.record_gate(

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import pytest
 
+from devs.adapters.gate_run import command_line
 from tests.e2e.test_mcp import DEVS, Connect, http, stdio, text
 from tests.e2e.test_serve import TOKEN, Server
 from tests.e2e.test_without_bwrap import path_without_bwrap
@@ -400,7 +401,8 @@ def test_a_multi_line_command_is_recorded_and_a_bad_cwd_is_invalid_input(
         check=True,
     )
     last = json.loads(shown.stdout)["failure_history"][-1]
-    assert "import sys print('ran') sys.exit(3)" in json.dumps(last), last
+    assert last["gate"] == command_line([PY, "-c", script]), last
+    assert "-c 'import sys print('\"'\"'ran'\"'\"') sys.exit(3)'" in last["gate"]
     assert looped.is_error
     assert "invalid_input (field cwd)" in text(looped), text(looped)
     assert event_count(db) == 2

@@ -3,6 +3,7 @@ history written through the Python API into the same file."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from devs.adapters.config import Settings, open_service
 from devs.domain import Metrics
 from tests.e2e.test_cli import BAD_INPUT, NOT_FOUND, Devs, assert_one_line_error
+from tests.e2e.test_cli_shell import on_terminal
 
 
 @pytest.fixture
@@ -34,18 +36,20 @@ def history(db: Path) -> str:
 
 
 def cells(stdout: str) -> list[list[str]]:
-    """Each row of the printed tables, as its cells' text."""
+    """Each row of the printed tables (tab-separated in a pipe), as its
+    cells' text, without the lines of column names."""
     return [
-        [cell.strip() for cell in line.split("│")[1:-1]]
+        [cell.strip() for cell in line.split("\t")]
         for line in stdout.splitlines()
-        if line.startswith("│")
+        if line not in ("figure\tvalue", "failures\tstrategy")
     ]
 
 
 def test_metrics_table(devs: Devs) -> None:
     history(devs.db)
     printed = devs("metrics").stdout
-    assert printed.startswith("Metrics (all tasks)\n")
+    assert printed.startswith("figure\tvalue\n")
+    assert "Metrics (all tasks)" in on_terminal(devs.db, "metrics")
     rows = cells(printed)
     assert rows[:17] == [
         ["tasks", "2"],
@@ -70,7 +74,7 @@ def test_metrics_table(devs: Devs) -> None:
     ]
     assert rows[12][1].startswith("mean ")
     assert rows[12][1].endswith(" s")
-    assert "Most repeated failed strategies" in printed
+    assert "failures\tstrategy" in printed
     assert rows[17:] == [["4", "patch the regex"]]
 
 
@@ -86,7 +90,7 @@ def test_metrics_json_and_filters(devs: Devs) -> None:
     assert (later.tasks, later.blocked_attempts) == (1, 1)
     assert later.since is not None
     assert later.since.isoformat() == since
-    title = devs("metrics", "--run", "r", "--since", since).stdout.splitlines()[0]
+    title = on_terminal(devs.db, "metrics", "--run", "r", "--since", since, columns=200)
     assert f"run r, started since {since}" in title
     assert (
         "no failed strategies" in devs("metrics", "--run", "r", "--since", since).stdout
@@ -107,4 +111,7 @@ def test_bad_filters_are_one_line(
 ) -> None:
     history(devs.db)
     assert_one_line_error(devs("metrics", *args, code=code), message)
-    assert_one_line_error(devs("metrics", "--json", *args, code=code), message)
+    # With --json, the same line and the error as JSON on stdout.
+    answered = devs("metrics", "--json", *args, code=code)
+    assert answered.stderr.startswith("devs: error: ")
+    assert message in json.loads(answered.stdout)["error"]["message"]
