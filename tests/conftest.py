@@ -1,25 +1,141 @@
 """Shared fixtures: a service on a fresh SQLite file per test; the embedded
-PostgreSQL server and a service on either backend."""
+PostgreSQL server and a service on either backend. And how the suite runs in
+parallel (pytest-xdist): see "parallel runs" below."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
+from hypothesis.database import (
+    DirectoryBasedExampleDatabase,
+    ExampleDatabase,
+    MultiplexedDatabase,
+    ReadOnlyDatabase,
+)
 
 from devs.adapters.config import Settings, memory_env, open_service
 from devs.domain import RecoveryService
 from tests.postgres import PostgresServer, create_database, drop_database, start_server
 
+# ------------------------------------------------------------ parallel runs
+#
+# A plain ``pytest`` runs the tests in worker processes (pytest-xdist, the
+# ``test`` extra): two per core, since most tests wait on a subprocess, a
+# server or a socket rather than compute. ``-n N`` asks for N workers,
+# ``-n 0`` or ``-p no:xdist`` runs everything in this one process (for
+# ``--pdb``, or to read a failure in order). Each worker starts its own
+# PostgreSQL server (``pg_server``), gets its own temporary directories
+# (pytest's ``tmp_path``) and, for hypothesis, its own examples directory.
+
+WORKER_ENV = "PYTEST_XDIST_WORKER"
+"""Set by pytest-xdist in each worker process (``gw0``, ``gw1``, ...)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Without ``-n``: ``-n auto``, the workers ``pytest_xdist_auto_num_workers``
+    counts, unless every argument names a test file or a test (starting the
+    workers would take longer than those few tests), or this pytest runs inside
+    a worker (a test that runs pytest itself). With workers, ``--dist
+    loadgroup``: the tests that share a module's server stay on one worker
+    (``pytest_xdist_make_scheduler``)."""
+    if not config.pluginmanager.hasplugin("xdist") or os.environ.get(WORKER_ENV):
+        return
+    if config.option.numprocesses is None and not all(
+        "::" in arg or arg.split("::")[0].endswith(".py") for arg in config.args
+    ):
+        config.option.numprocesses = "auto"
+    if config.option.numprocesses is not None and config.option.dist == "no":
+        config.option.dist = "loadgroup"
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """Two workers per core this process may run on; pytest-xdist's own
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides it."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist reads it
+    return 2 * len(os.sched_getaffinity(0))
+
+
+ONE_WORKER_FOLDERS = ("tests/agents/",)
+"""Folders each of whose modules runs on one worker: an agent's runs share
+its caches (Copilot's unpacked package, ``PACKAGE_CACHE`` in
+tests/agents/copilot.py), which two runs at once would write together."""
+
+SHARED_FIXTURE = re.compile(r"""scope=["'](?:class|module|package)["']""")
+
+
+@functools.cache
+def runs_on_one_worker(root: Path, module: str) -> bool:
+    """Whether a test module's tests stay together: it starts a server (or
+    another fixture) once for several tests (``scope="module"``, ``"class"``
+    or ``"package"``), which on several workers would start once per worker;
+    or it is in :data:`ONE_WORKER_FOLDERS`."""
+    if module.startswith(ONE_WORKER_FOLDERS):
+        return True
+    try:
+        text = (root / module).read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return SHARED_FIXTURE.search(text) is not None
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadgroup`` (the default chosen above): every test is a
+    unit of work of its own, handed to whichever worker is free, but a module
+    that :func:`runs_on_one_worker` is one unit. (pytest-xdist's own
+    ``loadgroup`` reads ``xdist_group`` marks through a node id it rewrites,
+    which pytest 9 no longer reads back: its groups are lost.) The largest
+    units are handed out first."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    root = config.rootpath
+
+    class Scheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if runs_on_one_worker(root, module) else nodeid
+
+    return Scheduling(config, log)
+
+
+def examples_database(home: Path | None = None) -> ExampleDatabase:
+    """Hypothesis' examples under ``home`` (hypothesis' own default: the
+    ``HYPOTHESIS_STORAGE_DIRECTORY`` folder, else ``.hypothesis`` here): each
+    worker writes only its own directory (``examples-gw0``, ...; a run in one
+    process, ``examples``) and reads every one, so a failure found by one
+    worker is replayed first by whichever runs that test next, and no
+    directory has two writers."""
+    if home is None:
+        home = Path(os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY") or ".hypothesis")
+    worker = os.environ.get(WORKER_ENV)
+    own = home.absolute() / (f"examples-{worker}" if worker else "examples")
+    others = sorted(
+        path for path in own.parent.glob("examples*") if path.is_dir() and path != own
+    )
+    return MultiplexedDatabase(
+        DirectoryBasedExampleDatabase(own),
+        *(ReadOnlyDatabase(DirectoryBasedExampleDatabase(p)) for p in others),
+    )
+
+
 # No per-example deadline: CI's shared 2-core machine can stall any example
 # for a quarter second, which hypothesis would report as a flaky failure.
 # Speed is the benchmarks' business (bench/), not the tests'.
-settings.register_profile("devs", deadline=None)
+settings.register_profile("devs", deadline=None, database=examples_database())
 settings.load_profile("devs")
 
 

@@ -151,6 +151,7 @@ def test_ordinary_commands_go_through(repo: Path, tmp_path: Path, command: str) 
     assert denied(hook(repo, tmp_path, bash(command))) is None
 
 
+@pytest.mark.timing  # a ratio of two timings: in one process
 @pytest.mark.parametrize(
     "unit",
     ["devs -x ", "'a'\"b\"\\c ", '"\\x', "'", "devs $(", "xargs ", "d'e'v's' "],

@@ -91,6 +91,7 @@ def _error_of(raw: bytes) -> tuple[int, dict[str, Any]]:
     return int(head.split(b" ", 2)[1]), json.loads(body)
 
 
+@pytest.mark.waits  # bodies left to time out
 def test_bodies_never_sent_do_not_keep_out_healthz(tmp_path: Path) -> None:
     """The reviewer's attack: 16 heads without their bodies filled the
     worker's 16 connections, and /healthz was a 503 for as long as the
@@ -137,6 +138,7 @@ def test_bodies_never_sent_do_not_keep_out_healthz(tmp_path: Path) -> None:
         server.stop()
 
 
+@pytest.mark.waits  # waits out DEVS_BODY_TIMEOUT
 @pytest.mark.parametrize(
     ("path", "authorized"),
     [("/console/login", False), ("/tasks", True), ("/tasks/t1/gates", True)],
@@ -166,6 +168,7 @@ def test_a_body_that_does_not_come_is_a_408_at_the_deadline(
     assert b"x-frame-options: DENY" in got
 
 
+@pytest.mark.waits  # trickles until DEVS_BODY_TIMEOUT cuts it
 def test_a_body_trickled_below_the_rate_is_cut(server: Server) -> None:
     """A byte every 0.2 s keeps coming, but far under 16 KiB a second: it
     earns no time to speak of, and is cut at about DEVS_BODY_TIMEOUT."""
@@ -185,6 +188,7 @@ def test_a_body_trickled_below_the_rate_is_cut(server: Server) -> None:
     assert _error_of(got)[0] == 408
 
 
+@pytest.mark.waits  # sends for twice DEVS_BODY_TIMEOUT
 def test_a_large_body_at_a_steady_pace_is_taken(server: Server) -> None:
     """A gate's 2 MiB output sent over about 4 s, twice DEVS_BODY_TIMEOUT:
     each 16 KiB received earns a second more, so a body that keeps coming

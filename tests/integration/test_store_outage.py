@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 
 from devs.adapters.config import Settings, open_service
 from devs.adapters.http import create_app
-from devs.adapters.postgres import PROBE_EVERY, BoundedPool
+from devs.adapters.store.postgres import PROBE_EVERY, BoundedPool
 from devs.domain import RecoveryService, StoreUnavailable, UnknownTask
 from devs.projections.postgres import PostgresReadModels
 from tests.helpers import wait_until
@@ -68,6 +68,7 @@ def took(call: Callable[[], Any]) -> tuple[float, BaseException | None]:
     return time.monotonic() - started, None
 
 
+@pytest.mark.waits  # waits out DEVS_STORE_TIMEOUT
 def test_commands_and_queries_give_up_within_the_store_timeout(
     server: PostgresServer, url: str
 ) -> None:
@@ -99,6 +100,7 @@ def test_commands_and_queries_give_up_within_the_store_timeout(
         service.close()
 
 
+@pytest.mark.waits  # a 2 s outage
 def test_a_short_outage_within_the_bound_is_ridden_through(
     server: PostgresServer, url: str
 ) -> None:
@@ -210,6 +212,7 @@ def test_over_http_a_503_says_when_to_ask_again_and_readyz_answers_fast(
         service.close()
 
 
+@pytest.mark.waits  # a 6 s outage
 def test_the_projection_runner_says_an_outage_once_and_its_end_once(
     server: PostgresServer, url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

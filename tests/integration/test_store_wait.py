@@ -117,6 +117,7 @@ def reader(service: RecoveryService) -> Callable[[int], Any]:
     return read
 
 
+@pytest.mark.waits  # rounds of DEVS_STORE_TIMEOUT waits
 def test_each_command_and_query_waits_the_store_timeout_in_all(
     server: PostgresServer, url: str
 ) -> None:

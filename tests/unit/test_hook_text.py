@@ -91,6 +91,7 @@ def test_other_commands_are_not_gates(command: str) -> None:
     assert not GATE.search(command), command
 
 
+@pytest.mark.timing  # a ratio of two timings: in one process
 def test_the_gate_pattern_is_linear_on_hostile_commands() -> None:
     """A 200,000-character command of the pattern's own pieces is judged about
     as fast as a plain one of that length (a ratio, not a time limit)."""

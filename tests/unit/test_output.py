@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -56,6 +57,7 @@ def test_clean_is_idempotent_and_leaves_no_escape(text: str) -> None:
     assert "\r" not in once
 
 
+@pytest.mark.timing  # a ratio of two timings: in one process
 def test_clean_is_linear_on_hostile_input() -> None:
     """Many unterminated sequences: twice the input, about twice the time
     (compared as a ratio in one run, loosely: the machines are noisy)."""
