@@ -55,6 +55,7 @@ from devs.domain import (
     TaskSummary,
     Verification,
 )
+from devs.domain.arguments import COMMANDS
 from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import Written
 from devs.domain.errors import StaleAnswer, error_of_kind
@@ -123,6 +124,35 @@ class ServiceError(DevsError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+ROUTES: dict[str, str] = {
+    "start_run": "/runs",
+    "start_task": "/tasks",
+    "begin_attempt": "{task}/attempts",
+    "record_gate": "{task}/gates",
+    "report_entropy": "{task}/entropy",
+    "log_lesson": "{task}/lessons",
+    "resume": "{task}/resume",
+    "rewind": "{task}/rewind",
+    "skip": "{task}/skip",
+    "claim": "{task}/claim",
+    "release": "{task}/release",
+    "take_over": "{task}/take-over",
+    "resolve_handoff": "{task}/resolve",
+}
+"""Where each command of :data:`~devs.domain.arguments.COMMANDS` is POSTed
+(docs/http.md); ``{task}`` is ``/tasks/<task_id>``."""
+
+
+def _plain(value: Any) -> Any:
+    """An argument as JSON carries it: a mapping of sequences (a DAG) as an
+    object of arrays, a sequence as an array."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
 
 
 def _error(response: Answer) -> DevsError:
@@ -227,7 +257,7 @@ class HttpRecoveryClient:
         ``position``, at most ``timeout`` seconds and never longer than the
         server's ``DEVS_READ_WAIT`` (its default); the position they reached
         (``GET /position``). ``NotCaughtUp`` when the wait runs out;
-        ``PositionNotRecorded`` at once (the server's 422
+        ``PositionNotRecorded`` at once (the server's 409
         ``position_not_recorded``) when ``position`` is past the end of the
         server's log."""
         params: dict[str, Any] = {"after": position}
@@ -278,6 +308,26 @@ class HttpRecoveryClient:
 
     # ------------------------------------------------------------ commands
 
+    def _send(self, command: str, given: Mapping[str, Any], answer: type[M]) -> M:
+        """``command`` with the arguments its method was ``given``: the body
+        is the fields of its domain model (:data:`devs.domain.arguments.COMMANDS`)
+        but those the path names (``task_id``) and ``if_version`` (the
+        ``If-Match`` header); the server checks them, in its words."""
+        fields = COMMANDS[command].model_fields
+        where = ROUTES[command]
+        in_path = "{task}" in where
+        path = where.format(task=self._task(given["task_id"])) if in_path else where
+        # A field left at its default is left out: the body is the one a
+        # server from before that field existed takes too (stop_scope, links).
+        body = {
+            name: _plain(given[name])
+            for name, field in fields.items()
+            if name != "if_version"
+            and not (name == "task_id" and in_path)
+            and (field.is_required() or given[name] != field.default)
+        }
+        return self._command(path, body, answer, if_version=given.get("if_version"))
+
     def start_run(
         self,
         run_id: str,
@@ -285,13 +335,7 @@ class HttpRecoveryClient:
         *,
         stop_scope: StopScopeValue = "run",
     ) -> RunState:
-        body: dict[str, Any] = {
-            "run_id": run_id,
-            "dag": {k: list(v) for k, v in dag.items()},
-        }
-        if stop_scope != "run":  # the body as before the scope existed
-            body["stop_scope"] = stop_scope
-        return self._command("/runs", body, RunState)
+        return self._send("start_run", locals(), RunState)
 
     def start_task(
         self,
@@ -302,19 +346,10 @@ class HttpRecoveryClient:
         last_commit: str | None = None,
         links: dict[str, str] | None = None,
     ) -> TaskSummary:
-        body: dict[str, Any] = {
-            "task_id": task_id,
-            "run_id": run_id,
-            "agent": agent,
-            "last_commit": last_commit,
-        }
-        if links:  # the body as before links existed
-            body["links"] = dict(links)
-        return self._command("/tasks", body, TaskSummary)
+        return self._send("start_task", locals(), TaskSummary)
 
     def begin_attempt(self, task_id: str, strategy: str) -> AttemptDecision:
-        path = self._task(task_id) + "/attempts"
-        return self._command(path, {"strategy": strategy}, AttemptDecision)
+        return self._send("begin_attempt", locals(), AttemptDecision)
 
     def record_gate(
         self,
@@ -326,30 +361,20 @@ class HttpRecoveryClient:
         error: str | None = None,
         output: str | None = None,
     ) -> GateDecision:
-        body = {
-            "exit_code": exit_code,
-            "gate": gate,
-            "strategy": strategy,
-            "error": error,
-            "output": output,
-        }
-        return self._command(self._task(task_id) + "/gates", body, GateDecision)
+        return self._send("record_gate", locals(), GateDecision)
 
     def report_entropy(self, task_id: str, score: float) -> EntropyDecision:
-        path = self._task(task_id) + "/entropy"
-        return self._command(path, {"score": score}, EntropyDecision)
+        return self._send("report_entropy", locals(), EntropyDecision)
 
     def log_lesson(
         self, task_id: str, failed_strategy: str, rca_summary: str
     ) -> Lesson:
-        body = {"failed_strategy": failed_strategy, "rca_summary": rca_summary}
-        return self._command(self._task(task_id) + "/lessons", body, Lesson)
+        return self._send("log_lesson", locals(), Lesson)
 
     def resume(
         self, task_id: str, *, actor: str, reason: str, if_version: int | None = None
     ) -> ActionResult:
-        body = {"actor": actor, "reason": reason}
-        return self._answer(task_id, "resume", body, if_version)
+        return self._send("resume", locals(), ActionResult)
 
     def rewind(
         self,
@@ -360,19 +385,17 @@ class HttpRecoveryClient:
         to_commit: str | None = None,
         if_version: int | None = None,
     ) -> ActionResult:
-        body = {"actor": actor, "reason": reason, "to_commit": to_commit}
-        return self._answer(task_id, "rewind", body, if_version)
+        return self._send("rewind", locals(), ActionResult)
 
     def skip(
         self, task_id: str, *, actor: str, reason: str, if_version: int | None = None
     ) -> ActionResult:
-        body = {"actor": actor, "reason": reason}
-        return self._answer(task_id, "skip", body, if_version)
+        return self._send("skip", locals(), ActionResult)
 
     def claim(
         self, task_id: str, *, actor: str, if_version: int | None = None
     ) -> ActionResult:
-        return self._answer(task_id, "claim", {"actor": actor}, if_version)
+        return self._send("claim", locals(), ActionResult)
 
     def claim_handoff(
         self, task_id: str, *, actor: str, if_version: int | None = None
@@ -382,13 +405,12 @@ class HttpRecoveryClient:
     def release(
         self, task_id: str, *, actor: str, if_version: int | None = None
     ) -> ActionResult:
-        return self._answer(task_id, "release", {"actor": actor}, if_version)
+        return self._send("release", locals(), ActionResult)
 
     def take_over(
         self, task_id: str, *, actor: str, reason: str, if_version: int | None = None
     ) -> ActionResult:
-        body = {"actor": actor, "reason": reason}
-        return self._answer(task_id, "take-over", body, if_version)
+        return self._send("take_over", locals(), ActionResult)
 
     def resolve_handoff(
         self,
@@ -399,18 +421,7 @@ class HttpRecoveryClient:
         reason: str,
         if_version: int | None = None,
     ) -> ActionResult:
-        body = {"actor": actor, "resolution": resolution, "reason": reason}
-        return self._answer(task_id, "resolve", body, if_version)
-
-    def _answer(
-        self,
-        task_id: str,
-        action: str,
-        body: Mapping[str, Any],
-        if_version: int | None,
-    ) -> ActionResult:
-        path = f"{self._task(task_id)}/{action}"
-        return self._command(path, body, ActionResult, if_version=if_version)
+        return self._send("resolve_handoff", locals(), ActionResult)
 
     # ------------------------------------------------------------- queries
 

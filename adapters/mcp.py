@@ -9,7 +9,7 @@ is every error of the service (:class:`~devs.domain.DevsError`: its kind and
 message, never a traceback).
 
 ``run_gate`` is the tool a careful agent should use: it runs the test command
-itself, sandboxed (:func:`devs.adapters.sandbox.run_gate`), in the server's
+itself, sandboxed (:class:`devs.adapters.gate_run.GateCall`), in the server's
 working directory or a folder inside it (``cwd``), and records its result, so
 the agent cannot misreport it. The command is the agent's, so it is bounded
 (memory, CPU, timeout: the agent may ask less than the server's maxima, never
@@ -22,21 +22,23 @@ import functools
 import inspect
 import logging
 import os
-import re
 from collections.abc import Awaitable, Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from devs.adapters.gate_run import GateCall
 from devs.adapters.sandbox import (
     ALLOW_UNSANDBOXED_ENV,
     GateSettings,
     IsolationUnavailable,
-    run_gate,
     store_file,
 )
 from devs.domain import (
@@ -49,6 +51,7 @@ from devs.domain import (
     RecoveryService,
     TaskSummary,
 )
+from devs.domain.arguments import COMMANDS
 from devs.domain.redaction import redact
 from devs.domain.values import (
     AgentName,
@@ -57,13 +60,16 @@ from devs.domain.values import (
     ErrorText,
     ExitCode,
     GateName,
+    Links,
     OutputText,
     RcaSummary,
     RunId,
     Strategy,
     TaskId,
+    refusal,
 )
 
+VERSION = metadata.version("devs-recovery")
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -96,9 +102,16 @@ class GateRunResult(BaseModel):
     decision: GateDecision
 
 
+TheTask = Annotated[TaskId, Field(description="the task's id")]
+"""A query's or ``run_gate``'s task (a command's comes with its model)."""
+
 Command = Annotated[
     list[Annotated[str, Field(min_length=1, max_length=4_096)]],
-    Field(min_length=1, max_length=256),
+    Field(
+        min_length=1,
+        max_length=256,
+        description='the test command, as an argv list (["pytest", "-q"])',
+    ),
 ]
 
 
@@ -142,7 +155,7 @@ def build_server(
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     try:
-        server = MCPServer(name, instructions=INSTRUCTIONS)
+        server = MCPServer(name, instructions=INSTRUCTIONS, version=VERSION)
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
@@ -155,11 +168,16 @@ def build_server(
         run_id: RunId | None = None,
         agent: AgentName | None = None,
         last_commit: CommitId | None = None,
+        links: Links | None = None,
     ) -> TaskSummary:
         """Start a task (once): its id, optionally its run, agent and commit."""
         value: TaskSummary = await run(
             lambda: service().start_task(
-                task_id, run_id=run_id, agent=agent, last_commit=last_commit
+                task_id,
+                run_id=run_id,
+                agent=agent,
+                last_commit=last_commit,
+                links=links,
             )
         )
         return value
@@ -204,11 +222,11 @@ def build_server(
     try:
         limits = GateSettings.from_environ(os.environ)
     except InvalidInput as error:
-        limits, settings_error = GateSettings(), error
+        limits, settings_error = GateSettings.from_environ({}), error
     home = (workdir or Path.cwd()).resolve()
 
     async def run_gate_tool(
-        task_id: TaskId,
+        task_id: TheTask,
         command: Command,
         cwd: Annotated[
             str | None,
@@ -240,54 +258,46 @@ def build_server(
                 "read-only to the command then."
             ),
         ] = False,
-        strategy: Strategy | None = None,
+        strategy: Annotated[
+            Strategy | None, Field(description="the strategy this run tries")
+        ] = None,
     ) -> GateRunResult:
         """Run the test command (an argv list, e.g. ["pytest", "-q"]) sandboxed
         in the server's working directory (or cwd inside it), within the
         memory, CPU and time bounds, and record its result."""
         if settings_error is not None:
             raise settings_error
-        where = _gate_folder(home, cwd)
-        # Named before it runs: a gate that ran is recorded.
-        gate = gate_name(command)
+        # Named after its command, as the hooks name an agent's gate
+        # (gate_run.command_line): a gate that ran is recorded.
+        call = GateCall(
+            task_id,
+            tuple(command),
+            strategy=strategy,
+            cwd=_gate_folder(home, cwd),
+            timeout=timeout,
+            memory_mb=memory_mb,
+            cpu_seconds=cpu_seconds,
+            isolation="auto" if limits.allow_unsandboxed else "require",
+            in_store_folder=in_store_folder,
+            settings=limits,
+            # Checked again on the folder the gate runs in: another gate may
+            # swap a folder of cwd's path for a symlink.
+            within=home,
+        )
         # The task is checked and the result recorded as commands; the
         # command itself runs in a thread of its own, never holding the
         # writer (a 10-minute test suite would hold every other command).
-        await run(lambda: service().require_gate_allowed(task_id))
+        await run(lambda: call.check(service()))
         store = store_file(service())
         try:
-            result = await anyio.to_thread.run_sync(
-                lambda: run_gate(
-                    command,
-                    cwd=where,
-                    timeout=timeout,
-                    memory_mb=memory_mb,
-                    cpu_seconds=cpu_seconds,
-                    isolation="auto" if limits.allow_unsandboxed else "require",
-                    store=store,
-                    in_store_folder=in_store_folder,
-                    settings=limits,
-                    # Checked again on the folder the gate runs in: another
-                    # gate may swap a folder of cwd's path for a symlink.
-                    within=home,
-                )
-            )
+            result = await anyio.to_thread.run_sync(lambda: call.run(store))
         except IsolationUnavailable as error:
             msg = (
                 f"{error}; run_gate runs no command unsandboxed unless the "
                 f"server's operator sets {ALLOW_UNSANDBOXED_ENV}=1"
             )
             raise IsolationUnavailable(msg) from None
-        decision: GateDecision = await run(
-            lambda: service().record_gate(
-                task_id,
-                result.exit_code,
-                gate=gate,
-                strategy=strategy,
-                error=result.error_line,
-                output=result.output,
-            )
-        )
+        decision: GateDecision = await run(lambda: call.record(service(), result))
         return GateRunResult(
             exit_code=result.exit_code,
             timed_out=result.timed_out,
@@ -324,19 +334,118 @@ def build_server(
 
     @server.tool()
     @_tool_errors
-    async def task_status(task_id: TaskId) -> TaskSummary:
+    async def task_status(task_id: TheTask) -> TaskSummary:
         """The task's state, failures, lessons and pending human session."""
         value: TaskSummary = await _in_thread(lambda: service().task(task_id))
         return value
 
     @server.tool()
     @_tool_errors
-    async def lessons(task_id: TaskId) -> list[Lesson]:
+    async def lessons(task_id: TheTask) -> list[Lesson]:
         """The strategies that failed on this task, and why."""
         value: list[Lesson] = await _in_thread(lambda: service().lessons(task_id))
         return value
 
+    _strict_tools(server)
+    _no_empty_capabilities(server)
     return server
+
+
+READ_ONLY = ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False)
+RECORDS = ToolAnnotations(
+    readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False
+)
+STARTS = ToolAnnotations(
+    readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False
+)
+RUNS_COMMAND = ToolAnnotations(
+    readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=True
+)
+ANNOTATIONS = {
+    "start_task": STARTS,
+    "begin_attempt": RECORDS,
+    "record_gate": RECORDS,
+    "run_gate": RUNS_COMMAND,
+    "report_entropy": RECORDS,
+    "log_lesson": RECORDS,
+    "task_status": READ_ONLY,
+    "lessons": READ_ONLY,
+}
+"""What each tool does to the world, for a client deciding what to confirm:
+queries only read; a command records (never undoes anything); ``run_gate``
+runs the agent's own command (sandboxed, but a command it is)."""
+
+
+class _StrictArguments(ArgModelBase):
+    """A tool's arguments: JSON's types as they are, nothing unknown."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", strict=True)
+
+
+class _Unparsed(FuncMetadata):
+    """Hands a tool its arguments as they came: the tool checks them itself
+    (:func:`_strict_tools`), to refuse them in the caller's words."""
+
+    def validate_arguments(
+        self, arguments_to_validate: dict[str, Any]
+    ) -> dict[str, Any]:
+        return dict(arguments_to_validate)
+
+
+def _strict_tools(server: MCPServer) -> None:
+    """Every tool's input as its command declares it: the fields of the
+    command's model (:data:`devs.domain.arguments.COMMANDS`: their limits,
+    patterns and descriptions) or, for a query, the tool's own typed
+    parameters; strict (``"2"`` is not an exit code) and closed (a misspelled
+    argument is refused, not dropped). A refused argument is a tool error
+    that names it, in the words of its type; the tool's annotations say what
+    it does to the world."""
+    for tool in server._tool_manager.list_tools():
+        declared = COMMANDS.get(tool.name)
+        fields = (declared or tool.fn_metadata.arg_model).model_fields
+        strict: type[BaseModel] = create_model(  # type: ignore[call-overload]
+            f"{tool.name}_arguments",
+            __base__=_StrictArguments,
+            __doc__=tool.description,
+            **{name: (info.annotation, info) for name, info in fields.items()},
+        )
+        tool.fn = _checked(strict, tool.fn)
+        tool.fn_metadata = _Unparsed(
+            arg_model=strict,
+            output_schema=tool.fn_metadata.output_schema,
+            output_model=tool.fn_metadata.output_model,
+            wrap_output=tool.fn_metadata.wrap_output,
+        )
+        tool.parameters = strict.model_json_schema(by_alias=True)
+        tool.annotations = ANNOTATIONS[tool.name]
+
+
+def _checked(
+    strict: type[BaseModel], call: Callable[..., Awaitable[Any]]
+) -> Callable[..., Awaitable[Any]]:
+    async def checked(**arguments: Any) -> Any:
+        try:
+            values = strict.model_validate(arguments)
+        except ValidationError as failure:
+            error = refusal(strict, failure)
+            raise ToolError(f"{error.kind} (field {error.field}): {error}") from None
+        return await call(**{name: getattr(values, name) for name in arguments})
+
+    return checked
+
+
+def _no_empty_capabilities(server: MCPServer) -> None:
+    """Advertise no prompts and no resources: the server has none, and a
+    client that sees the capabilities asks for lists that are always empty."""
+    handlers = server._lowlevel_server._request_handlers
+    for method in (
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+    ):
+        handlers.pop(method, None)
 
 
 def _gate_folder(home: Path, cwd: str | None) -> Path:
@@ -359,19 +468,6 @@ def _gate_folder(home: Path, cwd: str | None) -> Path:
         msg = f"cwd {cwd!r} is not a folder in {str(home)!r}"
         raise InvalidInput(msg, field="cwd")
     return where
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
-GATE_NAME_MAX = 190
-
-
-def gate_name(command: list[str]) -> str:
-    """The name ``run_gate`` records a command's gate under: the command on
-    one line (control characters, a multi-line ``python -c`` script's
-    newlines, become a space), redacted and cut to 190 characters."""
-    line = _CONTROL.sub(" ", " ".join(command)[: GATE_NAME_MAX * 10])
-    name = redact(line)[:GATE_NAME_MAX].strip()
-    return name or "gate"
 
 
 OUTPUT_TAIL = 4_000

@@ -57,7 +57,7 @@ after), and the open connections (``DEVS_MAX_CONNECTIONS``: past it, the
 connection idle the longest is closed to make room, else the one whose body
 came last the longest ago, so ``/healthz`` is answered under a slowloris,
 of heads or of bodies). The app bounds the body's size and checks ``Host``
-(:class:`devs.adapters.http.FrontDoor`).
+(:class:`devs.adapters.http.front_door.FrontDoor`).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ SECURITY_HEADERS = (
     b"base-uri 'none'\r\n"
 )
 """What every answer the protocol writes itself carries, as the app's do
-(:data:`devs.adapters.http.API_CSP`)."""
+(:data:`devs.adapters.http.contract.API_CSP`)."""
 
 
 def parent_death_signal(signum: int) -> bool:
@@ -286,7 +286,7 @@ def log_config(access_log: bool) -> dict[str, Any]:
             },
             "uvicorn.error": {"level": "WARNING"},
             # The outbox's dead letters, disabled endpoints and store outages
-            # (adapters/notifier.py); its INFO lines (each failed try) stay out.
+            # (adapters/notify/sender.py); its INFO lines (each failed try) stay out.
             "devs.outbox": {
                 "handlers": ["default"],
                 "level": "WARNING",
@@ -677,7 +677,7 @@ class AnnouncedServer(uvicorn.Server):
             print(self.line, file=sys.stderr, flush=True)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        from devs.adapters.http import end_streams
+        from devs.adapters.http.streams import end_streams
 
         end_streams()
         super().handle_exit(sig, frame)
@@ -772,7 +772,9 @@ def run_notifier(parent: int | None = None, niceness: int = 0) -> None:
         die_with_parent(parent)
     if niceness:
         os.nice(niceness)
-    from devs.adapters.notifier import Background, channels_of, notify_settings
+    from devs.adapters.notify.registry import channels_of
+    from devs.adapters.notify.sender import Background
+    from devs.adapters.notify.settings import notify_settings
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())

@@ -66,6 +66,7 @@ from devs.domain.errors import (
     AlreadyExists,
     Conflict,
     InvalidInput,
+    NotFound,
     StoreError,
     UnknownMessage,
     UnknownRun,
@@ -168,7 +169,7 @@ def api(func: Callable[P, R]) -> Callable[P, R]:
     return store_errors(validated(func))
 
 
-class RecoveryService(TaskCommands, Audits):
+class RecoveryService(TaskCommands):
     """Referee for agent tasks: attempts, gates, entropy, lessons, humans."""
 
     name = "RecoveryService"
@@ -192,6 +193,17 @@ class RecoveryService(TaskCommands, Audits):
                 self.env[READ_MODELS_TOPIC]
             )
             self.read_models = factory(self)
+            self.audits = Audits(
+                events=self.events,
+                recorder=self.recorder,
+                mapper=self.mapper,
+                repository=self._store,
+                read_models=self.read_models,
+                require_task=self._require_task,
+                fresh=self._fresh,
+                run_state=self.run_state,
+            )
+            """The audit queries (:mod:`devs.domain.audit`) over this store."""
         except BaseException:
             # A store that could not be opened: its connections (a PostgreSQL
             # pool and its threads) are let go now, not whenever the garbage
@@ -663,12 +675,18 @@ class RecoveryService(TaskCommands, Audits):
     def state_at(self, task_id: TaskId, version: Version) -> TaskSummary:
         """The task as it was right after event number ``version``."""
         task = self._stored_task(task_id)
-        if not 1 <= version <= task.version:
+        if version < 1:
             msg = (
                 f"version {version} is out of range [1, {task.version}] "
                 f"for task {task.task_id!r}"
             )
             raise InvalidInput(msg, field="version")
+        if version > task.version:
+            msg = (
+                f"task {task.task_id!r} has no version {version}: its versions "
+                f"are 1 to {task.version}"
+            )
+            raise NotFound(msg)
         past: Task = self._store.get(task.id, version=version)
         return task_summary(past)
 
@@ -685,7 +703,7 @@ class RecoveryService(TaskCommands, Audits):
         be decoded, or does not follow the one before it, is
         ``UnreadableEvent``.
         """
-        replayed = self._replay(task_id, after, limit)
+        replayed = self.audits.replay(task_id, after, limit)
         entries = [history_entry(event, task) for event, task in replayed]
         if replayed.task is None:
             raise UnknownTask(task_id)
@@ -862,7 +880,7 @@ class RecoveryService(TaskCommands, Audits):
         """
         progress = _progress(progress)
         report = self.read_models.verify(progress)
-        chains = self._check_chains(progress)
+        chains = self.audits.check_chains(progress)
         broken = [status.problem or "" for status in chains if status.state == "broken"]
         counts = {"intact": 0, "unchained": 0, "broken": 0}
         for status in chains:
@@ -893,7 +911,7 @@ class RecoveryService(TaskCommands, Audits):
                 policy = self.policy.changed(policy)
             except InvalidInput as error:  # the argument is ``policy``
                 raise InvalidInput(str(error), field="policy") from None
-        return self._what_if(policy, task_ids, run_id)
+        return self.audits.what_if(policy, task_ids, run_id)
 
     @api
     def replay_check(
@@ -902,7 +920,7 @@ class RecoveryService(TaskCommands, Audits):
         """Re-decide every recorded history (or the named ones) with today's
         code under the policy each recorded; report every input whose
         decisions differ from the recorded ones. Writes nothing."""
-        return self._replay_check(task_ids)
+        return self.audits.replay_check(task_ids)
 
     @api
     def audit(
@@ -911,7 +929,7 @@ class RecoveryService(TaskCommands, Audits):
         """The task's replayed history — the events after version ``after``,
         at most ``limit`` of them — each with its actor and its link in the
         hash chain, and the state of the whole chain."""
-        return self._audit(task_id, after, limit)
+        return self.audits.audit(task_id, after, limit)
 
     @api
     def export(self, task_ids: list[TaskId] | None = None) -> Iterator[dict[str, Any]]:
@@ -921,7 +939,7 @@ class RecoveryService(TaskCommands, Audits):
         every task's event count and chain head (in the same order). Unknown
         tasks are refused at the call. ``devs verify-export`` checks such a
         file without a database."""
-        return self._export(task_ids)
+        return self.audits.export(task_ids)
 
     def reading_after(self, position: int | None) -> AbstractContextManager[None]:
         """Within this block, queries of the read models wait until they have

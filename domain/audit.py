@@ -1,10 +1,11 @@
 """What auditors ask of the log: what-if replay, the replay check, the hash
 chain, exports and one task's audit trail.
 
-:class:`Audits` is mixed into :class:`~devs.domain.application.RecoveryService`;
-it reads the event store and the task index, decides with
-:mod:`devs.domain.replay` and checks with :mod:`devs.domain.chain`, and
-writes nothing.
+:class:`Audits` is composed into
+:class:`~devs.domain.application.RecoveryService` (its ``audits``), given the
+store it reads: the event store and the task index. It decides with
+:mod:`devs.domain.replay`, checks with :mod:`devs.domain.chain`, and writes
+nothing.
 
 :class:`TaskHistory` is the one replay of a task's stored history that the
 service's queries share (``history``, ``audit``, what-if and the replay
@@ -328,22 +329,31 @@ def _totals(courses: Sequence[replay.Course]) -> Totals:
 
 
 class Audits:
-    """The audit queries of the service (see the module docstring)."""
+    """The audit queries of the service (see the module docstring), over the
+    service's store: its event store, recorder, mapper and repository, its
+    read models, and three of its checks (a task that exists, read models
+    caught up, a run that exists)."""
 
-    events: EventStore[str]
-    recorder: ApplicationRecorder
-    mapper: Mapper[str]
-    read_models: ReadModels
-    _store: Repository[str]
-
-    def _require_task(self, task_id: str) -> None:
-        raise NotImplementedError
-
-    def _fresh(self) -> None:
-        raise NotImplementedError
-
-    def run_state(self, run_id: str) -> Any:
-        raise NotImplementedError
+    def __init__(
+        self,
+        *,
+        events: EventStore[str],
+        recorder: ApplicationRecorder,
+        mapper: Mapper[str],
+        repository: Repository[str],
+        read_models: ReadModels,
+        require_task: Callable[[str], None],
+        fresh: Callable[[], None],
+        run_state: Callable[[str], Any],
+    ) -> None:
+        self.events = events
+        self.recorder = recorder
+        self.mapper = mapper
+        self.repository = repository
+        self.read_models = read_models
+        self.require_task = require_task
+        self.fresh = fresh
+        self.run_state = run_state
 
     # ------------------------------------------------------------- selection
 
@@ -354,28 +364,30 @@ class Audits:
             self.run_state(run_id)  # UnknownRun
         if task_ids:
             for task_id in task_ids:
-                self._require_task(task_id)
+                self.require_task(task_id)
             chosen = list(dict.fromkeys(task_ids))
             if run_id is None:
                 return chosen
             in_run = {e.task_id for e in self.read_models.task_entries(run_id=run_id)}
             return [task_id for task_id in chosen if task_id in in_run]
-        self._fresh()
+        self.fresh()
         entries = self.read_models.task_entries(run_id=run_id)
         return [entry.task_id for entry in entries]
 
-    def _replay(
+    def replay(
         self, task_id: str, after: int = 0, limit: int | None = None
     ) -> TaskHistory:
         """The task's stored history after version ``after`` (a page of at
         most ``limit`` events), replayed: :class:`TaskHistory`."""
-        return TaskHistory(self._store, self.events, task_id, after=after, limit=limit)
+        return TaskHistory(
+            self.repository, self.events, task_id, after=after, limit=limit
+        )
 
     def _task_events(self, task_id: str) -> list[Any]:
         """The task's events, from its ``Started``, each following the one
         before it; ``UnreadableEvent`` when one cannot be decoded, or is out
         of sequence (:class:`OutOfSequence`: the first missing, one deleted)."""
-        found = [replayed.event for replayed in self._replay(task_id)]
+        found = [replayed.event for replayed in self.replay(task_id)]
         if not found:
             raise OutOfSequence(
                 task_id,
@@ -398,7 +410,7 @@ class Audits:
 
     # --------------------------------------------------------------- what-if
 
-    def _what_if(
+    def what_if(
         self,
         policy: Policy,
         task_ids: Sequence[str] | None,
@@ -429,7 +441,7 @@ class Audits:
 
     # ---------------------------------------------------------- replay check
 
-    def _replay_check(self, task_ids: Sequence[str] | None) -> ReplayCheckReport:
+    def replay_check(self, task_ids: Sequence[str] | None) -> ReplayCheckReport:
         differences: list[replay.Difference] = []
         unreadable: list[str] = []
         tasks = events = 0
@@ -498,7 +510,7 @@ class Audits:
             return
         checker.feed(task_id, stored.originator_version, stored.topic, body)
 
-    def _check_chains(
+    def check_chains(
         self, progress: Callable[[int, int], None] | None = None
     ) -> list[chain.ChainStatus]:
         """Every task's chain, from the whole log (not the read models, which
@@ -530,16 +542,16 @@ class Audits:
             checker.expect_head(task_id, version, head)
         return checker.results()
 
-    def _audit(
+    def audit(
         self, task_id: str, after: int = 0, limit: int | None = None
     ) -> TaskAudit:
         """The page of the task's replayed history (read alone, from the
         latest snapshot before it) and its whole chain."""
-        self._require_task(task_id)
+        self.require_task(task_id)
         entries: list[AuditEntry] = []
         problem: str | None = None
         try:
-            for event, task in self._replay(task_id, after, limit):
+            for event, task in self.replay(task_id, after, limit):
                 entries.append(_entry(task, event, event.originator_version))
         except UnreadableEvent as error:  # undecodable, or out of sequence
             problem = (
@@ -597,7 +609,7 @@ class Audits:
             "event": body,
         }
 
-    def _export(self, task_ids: Sequence[str] | None) -> Iterator[dict[str, Any]]:
+    def export(self, task_ids: Sequence[str] | None) -> Iterator[dict[str, Any]]:
         """The audit record, one JSON-ready line at a time, streamed: a
         header naming the format, each task's events in order, then a
         trailer with every task's event count and chain head.

@@ -290,9 +290,13 @@ class PositionNotRecorded(InvalidInput):
     event has been recorded there, so no wait would see it. Said at once,
     with the log's last position, instead of waiting out the bound; a
     position in the log that the read models have not folded yet is still
-    waited for (:class:`NotCaughtUp` when the wait runs out)."""
+    waited for (:class:`NotCaughtUp` when the wait runs out).
+
+    HTTP 409: the value is well formed, and conflicts with the log as it is
+    (a later request, once the log reaches it, succeeds)."""
 
     kind = "position_not_recorded"
+    http_status = 409
 
     def __init__(
         self,

@@ -29,7 +29,7 @@ from eventsourcing.domain import event
 from eventsourcing.utils import register_topic
 from pydantic import model_validator
 
-from devs.domain.errors import IllegalTransition, InvalidInput
+from devs.domain.errors import IllegalTransition, InvalidInput, NotFound
 from devs.domain.model import (
     Aggregate,
     AggregateCreated,
@@ -423,8 +423,9 @@ class Run(Aggregate):
     def _index(self, node: str) -> int:
         index = self.position.get(node)
         if index is None:
+            # 404: the run exists; no node of it has this id.
             msg = f"task {node!r} is not a node of run {self.run_id!r}"
-            raise InvalidInput(msg)
+            raise NotFound(msg)
         return index
 
     # ---------------------------------------------------------------- commands

@@ -48,8 +48,11 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 from pydantic import (
     AfterValidator,
     AwareDatetime,
+    BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     StringConstraints,
     TypeAdapter,
     ValidationError,
@@ -57,7 +60,10 @@ from pydantic import (
     WrapValidator,
     validate_call,
 )
-from pydantic_core import ErrorDetails, PydanticCustomError
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, ErrorDetails, PydanticCustomError
+from rapidfuzz import fuzz
+from rapidfuzz import process as fuzzy
 
 from devs.domain.chart import StateValue, TaskState
 from devs.domain.errors import InvalidInput
@@ -117,8 +123,10 @@ __all__ = [
     "Wording",
     "cut",
     "parse_time",
+    "refusal",
     "valid_position",
     "validated",
+    "whole",
 ]
 
 ID_MAX = 200
@@ -333,6 +341,47 @@ NOT_KEPT = _NotKept()
 remembered by :func:`validated` (an idempotency key or a request is kept only
 as its SHA-256, :mod:`devs.domain.receipt`)."""
 
+# ====================================================== what the schema says
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """In an ``Annotated`` string type: the regular expression its JSON Schema
+    gives (``pattern``), so that ``/openapi.json`` and the MCP tools say what
+    the type's rules check. Validation is the rules' (their words name what
+    was wrong); this only describes them to a client. ECMA-262 syntax, with no
+    look-around, so that schema-driven generators (schemathesis, hypothesis)
+    can produce values from it."""
+
+    regex: str
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        described = handler(schema)
+        described["pattern"] = self.regex
+        return described
+
+
+SPACES = (
+    r"\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f"
+    r"\u205f\u3000"
+)
+"""The characters ``str.isspace()`` calls spaces, as a regular expression's
+class: a pattern's ``\\s`` is another set (ECMA-262's leaves out U+0085 and
+takes U+FEFF), and a schema must say exactly what the rules refuse."""
+_LINE_CHAR = r"[^\x00-\x1f\x7f]"
+_VISIBLE_LINE_CHAR = rf"[^{SPACES}\x00-\x1f\x7f]"
+ID_PATTERN = Pattern(rf"^{_VISIBLE_LINE_CHAR}(?:{_LINE_CHAR}*{_VISIBLE_LINE_CHAR})?$")
+"""An id: one line, no control character, not starting or ending with a space."""
+NAME_PATTERN = Pattern(rf"^{_LINE_CHAR}*{_VISIBLE_LINE_CHAR}{_LINE_CHAR}*$")
+"""A name: one line, no control character, not blank."""
+TEXT_PATTERN = Pattern(rf"^[^\x00]*[^{SPACES}\x00][^\x00]*$")
+"""A text: any lines, no NUL, not blank."""
+ANY_TEXT_PATTERN = Pattern(r"^[^\x00]*$")
+"""A text that may be empty: no NUL."""
+
+
 # ============================================================= the types
 
 
@@ -344,6 +393,7 @@ TaskId = Annotated[
     AfterValidator(_no_credential),
     AfterValidator(_trimmed),
     _TEXT,
+    ID_PATTERN,
 ]
 """A task, run, commit or node id, or an actor: 1-200 characters, one line, not
 blank, no surrounding whitespace, nothing that :func:`redact` would remove."""
@@ -359,9 +409,31 @@ AgentName = Annotated[
     AfterValidator(_one_line),
     AfterValidator(redact),
     _TEXT,
+    NAME_PATTERN,
 ]
 """An agent or gate name: 1-200 characters, one line, not blank; redacted."""
 GateName = AgentName
+
+
+class _KeysNamed:
+    """The JSON Schema of a mapping whose keys have a pattern (a :data:`Dag`'s
+    node ids, :data:`Links`' names): the keys' rule as ``propertyNames`` and
+    the values' as ``additionalProperties``; pydantic writes the key's pattern
+    as ``patternProperties`` instead, which leaves any other key allowed."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        described = handler(schema)
+        patterned = described.pop("patternProperties", None)
+        if isinstance(patterned, dict) and len(patterned) == 1:
+            [(pattern, values)] = patterned.items()
+            described.setdefault("propertyNames", {})["pattern"] = pattern
+            described["additionalProperties"] = values
+        described.pop("minLength", None)  # a mapping's size is its properties'
+        described.pop("maxLength", None)
+        return described
+
 
 LINKS_MAX = 8
 """How many links a task may carry."""
@@ -382,11 +454,12 @@ LinkText = Annotated[
     AfterValidator(_one_line),
     AfterValidator(redact),
     _TEXT,
+    NAME_PATTERN,
 ]
 """Where a link points (a URL, a path, a branch): 1-2,000 characters, one
 line; redacted."""
 
-Links = Annotated[dict[LinkName, LinkText], Field(max_length=LINKS_MAX)]
+Links = Annotated[dict[LinkName, LinkText], Field(max_length=LINKS_MAX), _KeysNamed()]
 """What the agent's side knows of a task, by name: its session's transcript
 path, its branch, a pull request's URL; at most 8."""
 
@@ -397,6 +470,7 @@ Strategy = Annotated[
     AfterValidator(_no_nul),
     AfterValidator(redact),
     _TEXT,
+    TEXT_PATTERN,
 ]
 """A strategy (also a failed strategy or a candidate): 1-4,000 characters; redacted."""
 
@@ -406,6 +480,7 @@ RcaSummary = Annotated[
     AfterValidator(_not_blank),
     AfterValidator(_no_nul),
     _TEXT,
+    TEXT_PATTERN,
 ]
 """What a root-cause analysis found: 1-16,000 characters.
 
@@ -419,6 +494,7 @@ Reason = Annotated[
     AfterValidator(_no_nul),
     AfterValidator(redact),
     _TEXT,
+    TEXT_PATTERN,
 ]
 """Why a human acted: 1-4,000 characters; redacted."""
 
@@ -430,6 +506,7 @@ ErrorText = Annotated[
     StringConstraints(strict=True, min_length=0),
     AfterValidator(_no_nul),
     _TEXT,
+    ANY_TEXT_PATTERN,
 ]
 """A gate's error message: any length, may be empty; no NUL, no lone surrogate.
 
@@ -443,6 +520,7 @@ OutputText = Annotated[
     StringConstraints(strict=True, min_length=0),  # as ErrorText: no lone surrogate
     AfterValidator(_no_nul),
     _TEXT,
+    ANY_TEXT_PATTERN,
 ]
 """A gate's output: any length, may be empty; no NUL, no lone surrogate.
 
@@ -484,10 +562,20 @@ def cut(text: str, limit: int, *, keep: int | None = None) -> str:
     return marker + tail
 
 
+def whole(value: object) -> object:
+    """A float with no fractional part (``2.0``) as the int it is: JSON
+    Schema's ``integer`` takes it, so the service does too. Anything else as
+    it is, for the type to take or refuse (``"2"`` stays refused)."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
 ExitCode = (
     Annotated[
         int,
         Field(strict=True, ge=EXIT_CODE_MIN, le=EXIT_CODE_MAX),
+        BeforeValidator(whole),
         Wording(_exit_code),
     ]
     | None
@@ -655,6 +743,7 @@ Dag = Annotated[
     AfterValidator(_distinct_prerequisites),
     WrapValidator(_dag_at_once),
     Wording(_dag),
+    _KeysNamed(),
 ]
 """Node id -> its prerequisites' ids (a list or tuple, not a str), 1-10,000 nodes.
 
@@ -952,6 +1041,78 @@ def validated(func: Callable[P, R]) -> Callable[P, R]:
         return call(*args_, **kwargs_)
 
     return wrapper
+
+
+def _item_wording(annotation: object) -> Wording | None:
+    """The :class:`Wording` of a list's items (``list[TaskId] | None``)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = members[0] if len(members) == 1 else None
+    if typing.get_origin(annotation) is list:
+        return _wording_of(typing.get_args(annotation)[0])
+    return None
+
+
+def refusal(
+    model: type[BaseModel], failure: ValidationError | Sequence[ErrorDetails]
+) -> InvalidInput:
+    """What a caller is told when ``model`` (a command's arguments, as a
+    body, a tool's input or a call) refuses a value: the first refused field
+    in the words of its type (:class:`Wording`), an unknown field with the
+    known field it most likely meant, a missing one by its name.
+    ``field`` names the argument, as the caller spelled it."""
+    errors = (
+        failure.errors(include_url=False)
+        if isinstance(failure, ValidationError)
+        else failure
+    )
+    error = errors[0]
+    key, *inside = error["loc"] or ("",)
+    name = str(key)
+    fields = model.model_fields
+    if error["type"] == "extra_forbidden":
+        known = list(fields)
+        where = ""
+        if inside:  # a field unknown to a nested object (``policy``)
+            nested = fields.get(name)
+            inner = getattr(nested, "annotation", None)
+            known = list(getattr(inner, "model_fields", {}))
+            where, name = f" of {name}", str(inside[-1])
+        guess = (
+            fuzzy.extractOne(name, known, scorer=fuzz.ratio, score_cutoff=70)
+            if known
+            else None
+        )
+        meant = f"; did you mean {guess[0]!r}?" if guess else ""
+        field = str(key) if inside else name[:64]
+        return InvalidInput(
+            f"unknown field {name[:64]!r}{where}{meant} (known: {', '.join(known)})",
+            field=field,
+        )
+    if error["type"] == "missing":
+        return InvalidInput(f"{name} is required", field=name)
+    if error["type"] in ("model_type", "model_attributes_type", "dict_type") and (
+        not error["loc"]
+    ):
+        got = _got(error["input"])
+        return InvalidInput(f"the arguments must be an object, got {got}")
+    info = fields.get(name)
+    wording = None
+    if info is not None:
+        wording = next(
+            (extra for extra in reversed(info.metadata) if isinstance(extra, Wording)),
+            None,
+        ) or _wording_of(info.annotation)
+    if wording is None and inside:  # inside a list or an object: named so
+        shown = name + "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in inside
+        )
+        item = _item_wording(info.annotation if info is not None else None)
+        if item is not None and len(inside) == 1 and isinstance(inside[0], int):
+            return InvalidInput(item.explain(shown, error, ()), field=name)
+        return InvalidInput(_generic(shown, error, ()), field=name)
+    explain = wording.explain if wording is not None else _generic
+    return InvalidInput(explain(name, error, tuple(inside)), field=name)
 
 
 @validated

@@ -145,14 +145,14 @@ def test_the_access_log_redacts_a_query_string(tmp_path: Path) -> None:
 
 
 BROKEN_READINESS = """
-import devs.adapters.http
+import devs.adapters.http.dispatch
 
 
 async def _broken(self, timeout=0.0):
     raise RuntimeError("a fault injected by the test")
 
 
-devs.adapters.http.Served.readiness = _broken
+devs.adapters.http.dispatch.Served.readiness = _broken
 """
 """A ``sitecustomize`` for the server's process: ``/readyz`` fails on an
 exception nothing expects (as a bug would)."""

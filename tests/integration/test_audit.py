@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from devs.adapters.config import Settings, open_service
-from devs.adapters.persistence import OrjsonTranscoder
+from devs.adapters.store.persistence import OrjsonTranscoder
 from devs.domain import (
     InvalidInput,
     Policy,

@@ -44,6 +44,7 @@ from devs.domain import (
     AlreadyExists,
     IllegalTransition,
     InvalidInput,
+    NotFound,
     PositionNotRecorded,
     RecoveryService,
     StoreError,
@@ -481,6 +482,14 @@ def test_the_errors_are_the_same_everywhere(make_service: MakeService) -> None:
             ),
         ),
         (
+            lambda: service.state_at("t", 9),
+            (
+                NotFound.__name__,
+                "task 't' has no version 9: its versions are 1 to 1",
+                None,
+            ),
+        ),
+        (
             lambda: service.start_task("t"),
             (
                 AlreadyExists.__name__,
@@ -560,8 +569,8 @@ def test_the_errors_are_the_same_everywhere(make_service: MakeService) -> None:
             "dag",
         ),
         (
-            lambda: service.state_at("t", 9),
-            "version 9 is out of range [1, 1] for task 't'",
+            lambda: service.state_at("t", 0),
+            "version 0 is out of range [1, 1] for task 't'",
             "version",
         ),
         (

@@ -37,7 +37,7 @@ TABLE: list[tuple[type[DevsError], str, int, ExitCode]] = [
     (Conflict, "conflict", 409, ExitCode.CONFLICT),
     (StoreError, "store_unavailable", 503, ExitCode.STORE),
     (NotCaughtUp, "not_caught_up", 504, ExitCode.STORE),
-    (PositionNotRecorded, "position_not_recorded", 422, ExitCode.BAD_INPUT),
+    (PositionNotRecorded, "position_not_recorded", 409, ExitCode.BAD_INPUT),
     (DevsError, "refused", 409, ExitCode.REFUSED),
 ]
 

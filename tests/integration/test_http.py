@@ -144,7 +144,7 @@ def test_read_your_writes(client: TestClient) -> None:
     assert ok(client.get("/tasks/t1/gate-status", headers=header))["state"] == "RUNNING"
     late = error(
         client.get(f"/sessions?after={position + 5}"),
-        422,
+        409,
         "position_not_recorded",
         "after",
     )
@@ -164,12 +164,17 @@ def test_read_your_writes(client: TestClient) -> None:
     ("path", "body", "field", "text"),
     [
         ("/tasks", {"task_id": ""}, "task_id", "task_id must not be empty"),
-        ("/tasks", {"task_id": "t", "extra": 1}, "extra", "Extra inputs"),
-        ("/tasks", {}, "task_id", "Field required"),
-        ("/tasks/t1/gates", {"exit_code": "1"}, "exit_code", "valid integer"),
+        ("/tasks", {"task_id": "t", "extra": 1}, "extra", "unknown field 'extra'"),
+        ("/tasks", {}, "task_id", "task_id is required"),
+        (
+            "/tasks/t1/gates",
+            {"exit_code": "1"},
+            "exit_code",
+            "must be an integer or None, got str '1'",
+        ),
         ("/tasks/t1/gates", {"exit_code": 2**40}, "exit_code", "out of range"),
         ("/tasks/t1/entropy", {"score": 1.5}, "score", "out of range [0, 1]"),
-        ("/tasks/t1/entropy", {"score": True}, "score", "valid number"),
+        ("/tasks/t1/entropy", {"score": True}, "score", "must be a number, got bool"),
         ("/tasks/t1/attempts", {"strategy": "x" * 100_001}, "strategy", "characters"),
         ("/tasks/t1/resume", {"actor": "a", "reason": ""}, "reason", "must not be"),
         ("/runs", {"run_id": "r", "dag": {"a": ["a"]}}, "dag", "cycle"),

@@ -3,6 +3,7 @@ service's own exceptions."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -120,3 +121,36 @@ def test_notifications_from_an_older_server_keep_their_kind() -> None:
         NotificationKind.TASK_PAUSED,
     ]
     assert found[0].model_dump(mode="json")["kind"] == "BLACKLISTED_STRATEGY_ATTEMPTED"
+
+
+def test_a_command_s_body_is_its_model_s_fields_leaving_defaults_out() -> None:
+    """The payload is the command's domain model's fields (but the path's
+    ``task_id``); a field left at its default is left out, so a server from
+    before it existed (``stop_scope``, ``links``) takes the body too."""
+    sent: list[tuple[str, dict[str, object]]] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        sent.append((request.url.path, json.loads(request.content)))
+        return httpx.Response(418, json={"error": "teapot", "detail": "no"})
+
+    http = httpx.Client(base_url="http://devs", transport=httpx.MockTransport(server))
+    client = HttpRecoveryClient(http)
+    for call in (
+        lambda: client.start_run("r", {"a": ("b",), "b": []}),
+        lambda: client.start_task("t", run_id="r"),
+        lambda: client.record_gate("t", 1, output="E boom"),
+        lambda: client.resolve_handoff(
+            "t", actor="alice", resolution="skip", reason="done"
+        ),
+    ):
+        with pytest.raises(ServiceError):
+            call()
+    assert sent == [
+        ("/runs", {"run_id": "r", "dag": {"a": ["b"], "b": []}}),
+        ("/tasks", {"task_id": "t", "run_id": "r"}),
+        ("/tasks/t/gates", {"exit_code": 1, "output": "E boom"}),
+        (
+            "/tasks/t/resolve",
+            {"actor": "alice", "reason": "done", "resolution": "skip"},
+        ),
+    ]

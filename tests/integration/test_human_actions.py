@@ -12,6 +12,7 @@ from devs.domain import (
     AlreadyExists,
     IllegalTransition,
     InvalidInput,
+    NotFound,
     Policy,
     RecoveryService,
     UnknownRun,
@@ -189,8 +190,12 @@ def test_state_at_any_version(service: RecoveryService) -> None:
     assert service.state_at("t1", 1).state is TaskState.RUNNING
     assert service.state_at("t1", 5).consecutive_failures == 2
     assert service.state_at("t1", 8).state is TaskState.ESCALATION
-    with pytest.raises(InvalidInput, match=r"version 9 is out of range \[1, 8\]"):
+    with pytest.raises(
+        NotFound, match="task 't1' has no version 9: its versions are 1 to 8"
+    ):
         service.state_at("t1", 9)
+    with pytest.raises(InvalidInput, match=r"version 0 is out of range \[1, 8\]"):
+        service.state_at("t1", 0)
     with pytest.raises(InvalidInput, match="version must be an integer"):
         service.state_at("t1", "2")  # type: ignore[arg-type]
 
@@ -237,7 +242,7 @@ def test_run_rules_write_nothing(service: RecoveryService) -> None:
     events = event_count(service)
     with pytest.raises(IllegalTransition, match="not ready"):
         service.start_task("b", run_id="r1")
-    with pytest.raises(InvalidInput, match="not a node of run"):
+    with pytest.raises(NotFound, match="not a node of run"):
         service.start_task("zz", run_id="r1")
     assert event_count(service) == events
 

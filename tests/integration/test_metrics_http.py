@@ -179,7 +179,7 @@ def test_bad_filters_are_refused(
     unauthorized = http.get(path, headers={"Authorization": "Bearer wrong"})
     assert unauthorized.status_code == 401
     late = error(
-        http.get(path, params={"after": 10**6}), 422, "position_not_recorded", "after"
+        http.get(path, params={"after": 10**6}), 409, "position_not_recorded", "after"
     )
     assert late.startswith(f"position {10**6} has not been recorded")
 

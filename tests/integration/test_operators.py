@@ -14,7 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from devs.adapters.config import Settings, open_service
-from devs.adapters.http import acting, create_app
+from devs.adapters.http import create_app
+from devs.adapters.http.auth import acting
 from devs.domain import (
     AlreadyExists,
     Forbidden,

@@ -237,7 +237,7 @@ def test_escalations_and_pauses_are_claimed_too(
     ("header", "why"),
     [
         ('W/"3"', "strong entity tag"),
-        ("3", "strong entity tag"),
+        ("0", "strong entity tag"),
         ('"3", "4"', "strong entity tag"),
         ('"0"', "strong entity tag"),
         ('"abc"', "strong entity tag"),
@@ -256,6 +256,20 @@ def test_a_malformed_if_match_is_refused_naming_the_header(
     )
     assert why in detail
     assert written(service) == before
+
+
+def test_if_match_takes_the_version_unquoted_too(
+    desks: tuple[Desk, Desk, RecoveryService],
+) -> None:
+    """``If-Match: 3`` is read as ``"3"``: what a person types with curl (and
+    what a client that cannot send quotes in a header can send)."""
+    alice, _, service = desks
+    escalate(service)
+    version = alice.get("fix-login-500").json()["version"]
+    stale = alice.post("fix-login-500", "resume", {"reason": "r"}, str(version - 1))
+    refused(stale, 412, "stale_answer")
+    answered = alice.post("fix-login-500", "resume", {"reason": "r"}, str(version))
+    assert answered.status_code == 200, answered.text
 
 
 def test_if_match_star_answers_whatever_the_task_is(

@@ -10,7 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from devs.adapters.config import Settings, open_service
-from devs.adapters.http import POSTGRES_WRITERS, Writer, create_app
+from devs.adapters.http import create_app
+from devs.adapters.http.dispatch import POSTGRES_WRITERS, Writer
 
 
 def test_several_threads_take_commands_at_once() -> None:

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from devs.domain.errors import IllegalTransition, InvalidInput
+from devs.domain.errors import IllegalTransition, InvalidInput, NotFound
 from devs.domain.run import (
     MAX_RUN_EDGES,
     MAX_RUN_ID_BYTES,
@@ -61,7 +61,7 @@ def test_node_not_ready_cannot_start() -> None:
     run = diamond()
     with pytest.raises(IllegalTransition, match="waiting for 'b', 'c'"):
         run.start_node("d")
-    with pytest.raises(InvalidInput, match="not a node"):
+    with pytest.raises(NotFound, match="not a node"):
         run.start_node("zz")
 
 

@@ -271,8 +271,8 @@ def refusal(call: Callable[[], object]) -> str:
             "exit_code must be an integer or None, got bool True",
         ),
         (
-            lambda: LOOSE.record_gate("t", 1.0),
-            "exit_code must be an integer or None, got float 1.0",
+            lambda: LOOSE.record_gate("t", 1.5),
+            "exit_code must be an integer or None, got float 1.5",
         ),
         (
             lambda: LOOSE.record_gate("t", "0"),

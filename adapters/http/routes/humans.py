@@ -1,0 +1,58 @@
+"""What people answer: resume, rewind, skip, claim, release, take over,
+resolve; the pending sessions and hand-offs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from devs.adapters.http.commands import command_route
+from devs.adapters.http.contract import (
+    ActionBody,
+    ClaimBody,
+    ResolveBody,
+    RewindBody,
+    TakeOverBody,
+)
+from devs.adapters.http.dispatch import Devs, HttpRoute, ReadAfter
+from devs.domain import (
+    ActionResult,
+    HandoffEntry,
+    PendingSession,
+)
+
+router = APIRouter(tags=["humans"], route_class=HttpRoute)
+
+
+# -------------------------------------------------- sessions and hand-offs
+
+
+for path, command, body, name in (
+    ("resume", "resume", ActionBody, "resume"),
+    ("rewind", "rewind", RewindBody, "rewind"),
+    ("skip", "skip", ActionBody, "skip"),
+    ("claim", "claim", ClaimBody, "claim"),
+    ("release", "release", ClaimBody, "release"),
+    ("take-over", "take_over", TakeOverBody, "take_over"),
+    ("resolve", "resolve_handoff", ResolveBody, "resolve"),
+):
+    command_route(
+        router,
+        f"/tasks/{{task_id}}/{path}",
+        command,
+        body,
+        ActionResult,
+        human=True,
+        name=name,
+    )
+
+
+@router.get("/sessions")
+def sessions(served: Devs, position: ReadAfter) -> list[PendingSession]:
+    with served.service.reading_after(position):
+        return served.service.pending_sessions()
+
+
+@router.get("/handoffs")
+def handoffs(served: Devs, position: ReadAfter) -> list[HandoffEntry]:
+    with served.service.reading_after(position):
+        return served.service.handoff_queue()
