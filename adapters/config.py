@@ -42,9 +42,7 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import (
-    BaseSettings,
     NoDecode,
-    PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
@@ -209,20 +207,6 @@ class Settings(EnvironSettings):
             super().__init__(**values)
         except ValidationError as error:
             raise _invalid(error) from None
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Values in code, then the environment (exactly DEVS_<FIELD>, read with
-        # the mapping's get: eventsourcing's Environment tries its
-        # application-prefixed name first). No .env or secrets files.
-        return (init_settings, cls.environ_source(settings_cls))
 
     @field_validator("db", mode="before")
     @classmethod

@@ -202,7 +202,24 @@ _environ: ContextVar[Mapping[str, str] | None] = ContextVar("environ", default=N
 
 class EnvironSettings(BaseSettings):
     """Settings read from the environment or, by :meth:`from_environ`, from a
-    mapping (:class:`EnvironSource`, which :meth:`environ_source` gives)."""
+    mapping (:class:`EnvironSource`, which :meth:`environ_source` gives).
+
+    Values given in code come first, then the variables, read exactly as
+    ``<prefix><FIELD>`` with the mapping's ``get`` (eventsourcing's
+    ``Environment`` tries its application-prefixed name first); no ``.env``
+    or secrets files. A subclass that reads otherwise overrides
+    :meth:`settings_customise_sources`."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, cls.environ_source(settings_cls))
 
     @classmethod
     def environ_source(

@@ -14,8 +14,6 @@ from typing import Any
 
 from pydantic import ValidationError, field_validator
 from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
@@ -70,18 +68,6 @@ class HookEdgeSettings(EnvironSettings):
             super().__init__(**values)
         except ValidationError as error:
             raise _invalid(error) from None
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Values in code, then exactly DEVS_HOOK_<FIELD>; no .env or secrets.
-        return (init_settings, cls.environ_source(settings_cls))
 
     @field_validator("server", mode="before")
     @classmethod

@@ -22,9 +22,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
-    BaseSettings,
     NoDecode,
-    PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
@@ -448,18 +446,6 @@ class NotifySettings(EnvironSettings):
             super().__init__(**values)
         except ValidationError as error:
             raise _invalid(error) from None
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Values in code, then exactly DEVS_<FIELD>; no .env or secrets files.
-        return (init_settings, cls.environ_source(settings_cls))
 
     @field_validator("webhook_urls", mode="before")
     @classmethod
