@@ -19,7 +19,6 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
@@ -54,6 +53,7 @@ from devs.adapters.http.errors import (
     _devs_error,
     _http_error,
     _internal_error,
+    body_model,
     error_response,
 )
 from devs.adapters.http.front_door import FrontDoor, HostCheck
@@ -231,9 +231,8 @@ def _describe_routes(routes: list[BaseRoute]) -> None:
         )
         tag = str(route.tags[0]) if route.tags else None
         named = {param.name for param in route.dependant.query_params}
-        body = route.body_field
-        model = getattr(getattr(body, "field_info", None), "annotation", None)
-        if isinstance(model, type) and issubclass(model, BaseModel):
+        model = body_model(route)
+        if model is not None:
             named |= set(model.model_fields)
         chosen = answers(
             method,

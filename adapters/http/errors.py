@@ -84,7 +84,7 @@ async def _bad_request(request: Request, error: RequestValidationError) -> JSONR
     first = problems[0] if problems else {"loc": (), "msg": "bad request"}
     if first.get("type") == "json_invalid":
         return error_response(400, "malformed_json", str(first["msg"]))
-    model = _body_model(request.scope.get("route"))
+    model = body_model(request.scope.get("route"))
     if model is not None and tuple(first["loc"][:1]) == ("body",):
         body_errors = [
             {**problem, "loc": tuple(problem["loc"][1:])}
@@ -146,7 +146,7 @@ def _refused_body(
     return None
 
 
-def _body_model(route: object) -> type[BaseModel] | None:
+def body_model(route: object) -> type[BaseModel] | None:
     """The model of the route's body (``None``: it takes none)."""
     body_field = getattr(route, "body_field", None)
     model = getattr(getattr(body_field, "field_info", None), "annotation", None)
@@ -158,7 +158,7 @@ def _body_model(route: object) -> type[BaseModel] | None:
 def _body_shape(route: object) -> tuple[str, str | None]:
     """The route's body as docs/http.md writes it (``{task_id, run_id?}``),
     and its first required field (``None`` without one)."""
-    model = _body_model(route)
+    model = body_model(route)
     if model is None:
         return "{…}", None
     fields = model.model_fields
