@@ -45,14 +45,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypedDict, TypeVar, cast
+from typing import Annotated, Any, Literal, TypedDict, TypeVar, cast
 
 import orjson
 from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD
 from langgraph.config import get_config
 from langgraph.func import task
 from langgraph.types import interrupt
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from devs.adapters.client import HttpRecoveryClient
 from devs.adapters.sandbox import Isolation, check_allow_paths, run_gate, store_file
@@ -67,18 +67,18 @@ from devs.domain import (
     StaleAnswer,
     TaskSummary,
 )
+from devs.domain.arguments import COMMANDS
 from devs.domain.decisions import STATE_OUTCOMES
 from devs.domain.names import (
     HAND_OFF_REQUIRED,
     HumanAction,
     HumanActionValue,
-    ResolutionValue,
     SessionReason,
 )
 from devs.domain.service import RecoveryApi
 from devs.domain.signals import STOP_REASONS
 from devs.domain.task import HUMAN_EVENTS
-from devs.domain.values import VERSION_MAX
+from devs.domain.values import VERSION_MAX, refusal
 
 T = TypeVar("T")
 Route = Literal["proceed", "retry", "advance", "end"]
@@ -109,8 +109,66 @@ class DevsState(TypedDict, total=False):
     devs: dict[str, Any]
 
 
-class HumanDecision(BaseModel):
-    """What ``Command(resume=...)`` carries when a human answers.
+ANSWER_COMMANDS: dict[HumanActionValue, str] = {
+    "resume": "resume",
+    "rewind": "rewind",
+    "skip": "skip",
+    "claim": "claim",
+    "release": "release",
+    "take_over": "take_over",
+    "resolve": "resolve_handoff",
+}
+"""The command each action of a human's answer records: its arguments
+(:data:`devs.domain.arguments.COMMANDS`) are the answer's keys."""
+
+NO_REASON = "(no reason given)"
+"""An answer's ``reason`` when it gives none (as ``devs resume`` and the HTTP
+API say it)."""
+
+
+class _Answer(BaseModel):
+    """Which answer a human gave."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    action: HumanActionValue = Field(
+        description=(
+            "`resume`, `rewind` or `skip` (an escalation or a pause), "
+            "`resolve` (a hand-off), `claim`, `release` or `take_over` (any stop)"
+        )
+    )
+
+
+def _answer_field(name: str) -> tuple[Any, Any]:
+    """The answers' argument ``name`` as a decision holds it: the type, limits
+    and description of the commands' field (one for all: ``actor`` is the
+    same in each); required only if every answer requires it (``actor``),
+    else left out: ``reason`` as :data:`NO_REASON`, the others null."""
+    models = [COMMANDS[command] for command in ANSWER_COMMANDS.values()]
+    info = next(m.model_fields[name] for m in models if name in m.model_fields)
+    if all(
+        name in m.model_fields and m.model_fields[name].is_required() for m in models
+    ):
+        return info.annotation, info
+    kind: Any = info.annotation
+    if info.metadata:
+        kind = Annotated[(kind, *info.metadata)]
+    if name == "reason":
+        return kind, Field(default=NO_REASON, description=info.description)
+    return kind | None, Field(default=None, description=info.description)
+
+
+_ANSWER_FIELDS = dict.fromkeys(
+    name
+    for command in ANSWER_COMMANDS.values()
+    for name in COMMANDS[command].model_fields
+    if name != "task_id"  # the graph's: the state's task_id
+)
+
+HumanDecision: type[_Answer] = create_model(  # type: ignore[call-overload]
+    "HumanDecision",
+    __base__=_Answer,
+    __doc__="""What ``Command(resume=...)`` carries when a human answers.
 
     ``resume``, ``rewind`` (optionally ``to_commit``) and ``skip`` answer an
     escalation or a pause; ``resolve`` (``resolution``: ``return``,
@@ -120,16 +178,13 @@ class HumanDecision(BaseModel):
     (``Claimed``). ``if_version`` (the suspension's ``version``) makes the
     answer one for the task as it was shown: if it has moved on since, the
     answer is refused (``StaleAnswer``) and nothing is written.
-    """
 
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    action: HumanActionValue
-    actor: str
-    reason: str = "(no reason given)"
-    to_commit: str | None = None
-    resolution: ResolutionValue | None = None
-    if_version: int | None = None
+    Its keys but ``action`` are the arguments of the commands the actions
+    record (:data:`ANSWER_COMMANDS`): their types, limits and descriptions,
+    so a value is refused in the words of the HTTP API and the MCP tools.
+    """,
+    **{name: _answer_field(name) for name in _ANSWER_FIELDS},
+)
 
 
 _ANSWERS: dict[str, tuple[str, ...]] = {
@@ -491,10 +546,11 @@ class Referee:
             raw = interrupt(payload)
             try:
                 answer = _human(raw)
+                said = answer.model_dump()
                 key = steps.next(answer.action)
                 if replayed:
                     result = self._record(key, task_id, answer, replayed=True)
-                elif answer.action == "claim" and summary.claimed_by == answer.actor:
+                elif answer.action == "claim" and summary.claimed_by == said["actor"]:
                     refused = None  # the claimer's claim again: nothing to do
                     continue
                 else:
@@ -508,15 +564,15 @@ class Referee:
                 continue  # held or let go: ask again until someone answers
             decided: dict[str, Any] = {
                 "session_id": session_id,
-                "decided_by": answer.actor,
+                "decided_by": said["actor"],
                 "action": answer.action,
-                "reason": answer.reason,
+                "reason": said["reason"],
                 "state": str(result.state),
                 "next_node": result.next_node,
             }
             if answer.action == "rewind":
                 decided["rewind_to"] = result.to_commit
-            return _routed(decided, answer.action, answer.resolution, after_resume)
+            return _routed(decided, answer.action, said["resolution"], after_resume)
 
     def _answered_outside(
         self,
@@ -563,7 +619,7 @@ class Referee:
 
     @staticmethod
     def _offered(
-        answer: HumanDecision,
+        answer: _Answer,
         allowed: list[str],
         summary: TaskSummary,
         reason: str,
@@ -577,79 +633,27 @@ class Referee:
             raise InvalidInput(msg, field="action")
 
     def _record(
-        self, key: str, task_id: str, answer: HumanDecision, *, replayed: bool
+        self, key: str, task_id: str, answer: _Answer, *, replayed: bool
     ) -> ActionResult:
-        """Record ``answer`` under its step's ``key``. A ``replayed`` answer
-        (given before, now given back by LangGraph) answers only from its
-        receipt: it names a version the task never reaches, so one refused
-        the first time is refused again, writing nothing."""
-        service, actor, reason = self.service, answer.actor, answer.reason
-        named = answer.if_version
-        version = NEVER_VERSION if replayed else named
-        if answer.action == "resume":
-            return self._once(
-                key,
-                lambda: service.resume(
-                    task_id, actor=actor, reason=reason, if_version=version
-                ),
-                ("resume", task_id, actor, reason, *_named(named)),
-            )
-        if answer.action == "rewind":
-            to_commit = answer.to_commit
-            return self._once(
-                key,
-                lambda: service.rewind(
-                    task_id,
-                    actor=actor,
-                    reason=reason,
-                    to_commit=to_commit,
-                    if_version=version,
-                ),
-                ("rewind", task_id, actor, reason, to_commit, *_named(named)),
-            )
-        if answer.action == "skip":
-            return self._once(
-                key,
-                lambda: service.skip(
-                    task_id, actor=actor, reason=reason, if_version=version
-                ),
-                ("skip", task_id, actor, reason, *_named(named)),
-            )
-        if answer.action == "release":
-            return self._once(
-                key,
-                lambda: service.release(task_id, actor=actor, if_version=version),
-                ("release", task_id, actor, *_named(named)),
-            )
-        if answer.action == "take_over":
-            return self._once(
-                key,
-                lambda: service.take_over(
-                    task_id, actor=actor, reason=reason, if_version=version
-                ),
-                ("take_over", task_id, actor, reason, *_named(named)),
-            )
-        if answer.action == "claim":
-            return self._once(
-                key,
-                lambda: service.claim(task_id, actor=actor, if_version=version),
-                ("claim_handoff", task_id, actor, *_named(named)),
-            )
-        if answer.resolution is None:
-            msg = "resolve needs a resolution: return, complete or skip"
-            raise InvalidInput(msg, field="resolution")
-        resolution = answer.resolution
-        return self._once(
-            key,
-            lambda: service.resolve_handoff(
-                task_id,
-                actor=actor,
-                resolution=resolution,
-                reason=reason,
-                if_version=version,
-            ),
-            ("resolve_handoff", task_id, actor, resolution, reason, *_named(named)),
+        """Record ``answer`` under its step's ``key``: the command its action
+        records (:data:`ANSWER_COMMANDS`), with the arguments its model
+        takes. A ``replayed`` answer (given before, now given back by
+        LangGraph) answers only from its receipt: it names a version the task
+        never reaches, so one refused the first time is refused again,
+        writing nothing."""
+        command = ANSWER_COMMANDS[answer.action]
+        arguments = _arguments(command, task_id, answer)
+        named = arguments["if_version"]
+        # The request the key is compared with: the command and its arguments
+        # in its model's order (no version named: as before answers named one).
+        request = (
+            command,
+            *(value for name, value in arguments.items() if name != "if_version"),
+            *_named(named),
         )
+        sent = {**arguments, "if_version": NEVER_VERSION if replayed else named}
+        call: Callable[..., ActionResult] = getattr(self.service, command)
+        return self._once(key, lambda: call(**sent), request)
 
     # ---------------------------------------------------------- exactly once
 
@@ -809,14 +813,39 @@ def _key(op: str) -> str:
     return f"langgraph/{digest.hexdigest()[:40]}/{op}"
 
 
-def _human(value: Any) -> HumanDecision:
+def _human(value: Any) -> _Answer:
+    """``Command(resume=...)``'s value as a :data:`HumanDecision`; refused
+    (``InvalidInput``) in the words of the HTTP API and the MCP tools."""
+    if isinstance(value, HumanDecision):
+        return value
+    if not isinstance(value, Mapping):
+        msg = (
+            "Command(resume=...) must be an object (a human decision: action, "
+            f"actor, ...), got {type(value).__name__}"
+        )
+        raise InvalidInput(msg, field="resume")
     try:
-        return HumanDecision.model_validate(value)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "resume"
-        msg = f"Command(resume=...) is not a human decision: {where}: {first['msg']}"
-        raise InvalidInput(msg, field=where) from None
+        return HumanDecision.model_validate(dict(value))
+    except ValidationError as failure:
+        raise refusal(HumanDecision, failure) from None
+
+
+def _arguments(command: str, task_id: str, answer: _Answer) -> dict[str, Any]:
+    """The arguments ``command`` takes of ``answer`` (and the graph's
+    ``task_id``), checked by its model (:data:`~devs.domain.arguments.COMMANDS`):
+    refused as the service refuses them (``resolve`` with no ``resolution``)."""
+    model = COMMANDS[command]
+    said = answer.model_dump()
+    given = {
+        name: said[name]
+        for name in model.model_fields
+        if name != "task_id" and said.get(name) is not None
+    }
+    try:
+        checked = model.model_validate({"task_id": task_id, **given})
+    except ValidationError as failure:
+        raise refusal(model, failure) from None
+    return {name: getattr(checked, name) for name in model.model_fields}
 
 
 def _text(state: Mapping[str, Any], key: str) -> str:

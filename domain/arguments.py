@@ -3,7 +3,9 @@ built from the argument types of :mod:`devs.domain.values` (their limits, and
 their rules as JSON Schema patterns) with a one-line description per field.
 
 The edges derive from these: the HTTP bodies (``/openapi.json``), the MCP
-tools' input schemas (strict, no unknown field), the HTTP client's payloads.
+tools' input schemas (strict, no unknown field), the HTTP client's payloads,
+the CLI's options that are arguments (their help, choices and ranges) and
+the LangGraph referee's human answers.
 A value refused by a model is an :class:`~devs.domain.errors.InvalidInput`
 worded by :func:`~devs.domain.values.refusal`, the same whichever edge it came
 through. ``strict``: JSON's types as they are (``"2"`` is not an exit code);
@@ -105,7 +107,8 @@ class StartTask(Arguments):
     run_id: RunId | None = Field(default=None, description="the run it belongs to")
     agent: AgentName | None = Field(default=None, description="the agent working it")
     last_commit: CommitId | None = Field(
-        default=None, description="the commit a rewind goes back to"
+        default=None,
+        description="the commit the task starts from (a rewind goes back to it)",
     )
     links: Links | None = Field(
         default=None,
@@ -129,7 +132,9 @@ class RecordGate(Arguments):
 
     task_id: TaskId = TASK
     exit_code: ExitCode = Field(description="0 passes; null: killed or timed out")
-    gate: GateName | None = Field(default=None, description="which check ran")
+    gate: GateName | None = Field(
+        default=None, description="the name of the check (`tests`, `lint`…)"
+    )
     strategy: Strategy | None = Field(
         default=None, description="the strategy that was tried"
     )
@@ -172,7 +177,8 @@ class Rewind(Arguments):
     actor: Actor = ACTOR
     reason: Reason = REASON
     to_commit: CommitId | None = Field(
-        default=None, description="the commit to go back to (default: its last)"
+        default=None,
+        description="the commit to go back to (default: the one the task started from)",
     )
     if_version: AnsweredVersion | None = IF_VERSION
 

@@ -18,6 +18,7 @@ from devs.adapters.cli.base import (
     complete_task_id,
     emit_json,
     fail,
+    field_option,
     handles_errors,
     json_option,
     pass_context,
@@ -25,7 +26,7 @@ from devs.adapters.cli.base import (
 )
 from devs.domain.audit import Totals, WhatIfReport, verify_export
 from devs.domain.errors import InvalidInput
-from devs.domain.policy import Policy, StuckDetection
+from devs.domain.policy import Policy
 
 
 def _policy(base: Policy, changes: dict[str, object]) -> Policy:
@@ -38,14 +39,28 @@ def _policy(base: Policy, changes: dict[str, object]) -> Policy:
 
 
 @cli.command("what-if")
-@click.option("--escalation-threshold", type=int, default=None)
-@click.option("--handoff-threshold", type=int, default=None)
-@click.option("--entropy-threshold", "hitl_entropy_threshold", type=float, default=None)
-@click.option(
-    "--stuck-detection",
-    type=click.Choice([mode.value for mode in StuckDetection]),
-    default=None,
+# The thresholds' ranges are the policy's to check (Policy.changed): a value
+# out of range is bad input (exit 6), named as the option that set it.
+@field_option(
+    "--escalation-threshold",
+    command="what_if",
+    field="policy.escalation_threshold",
+    ranges=False,
 )
+@field_option(
+    "--handoff-threshold",
+    command="what_if",
+    field="policy.handoff_threshold",
+    ranges=False,
+)
+@field_option(
+    "--entropy-threshold",
+    "hitl_entropy_threshold",
+    command="what_if",
+    field="policy.hitl_entropy_threshold",
+    ranges=False,
+)
+@field_option("--stuck-detection", command="what_if", field="policy.stuck_detection")
 @click.option(
     "--task",
     "task_ids",
@@ -53,7 +68,7 @@ def _policy(base: Policy, changes: dict[str, object]) -> Policy:
     shell_complete=complete_task_id,
     help="Only this task (repeatable).",
 )
-@click.option("--run", "run_id", default=None, help="Only the tasks of this run.")
+@field_option("--run", "run_id", command="what_if", field="run_id")
 @json_option
 @pass_context
 @handles_errors

@@ -39,6 +39,7 @@ from devs.domain import (
     UnknownRun,
     UnknownTask,
 )
+from devs.domain.arguments import COMMANDS
 from devs.domain.redaction import redact
 
 P = ParamSpec("P")
@@ -316,15 +317,102 @@ def task_argument(**attrs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-reason_option = click.option(
-    "--reason",
-    default="(no reason given)",
-    show_default=True,
-    help="Why, for the audit.",
-)
 actor_option = click.option(
     "--actor", default=default_actor, show_default="the OS user", help="Who acts."
 )
+
+
+# ------------------------------------------------- options a command declares
+
+
+@functools.cache
+def _command_schema(command: str) -> dict[str, Any]:
+    """``command``'s arguments as JSON Schema: what ``/openapi.json`` and the
+    MCP tools show of them."""
+    if command not in COMMANDS:
+        msg = f"no command {command!r} in devs.domain.arguments.COMMANDS"
+        raise KeyError(msg)
+    return COMMANDS[command].model_json_schema()
+
+
+def field_schema(command: str, field: str) -> dict[str, Any]:
+    """The JSON Schema of ``field`` of ``command``'s model
+    (:data:`~devs.domain.arguments.COMMANDS`; ``policy.escalation_threshold``:
+    a field of a nested model): its type and limits, a null it may also be
+    left out, its ``description`` kept."""
+    schema = _command_schema(command)
+    where = schema
+    for name in field.split("."):
+        ref = where.get("$ref") or next(
+            (part["$ref"] for part in where.get("allOf", ()) if "$ref" in part), None
+        )
+        if ref is not None:
+            where = schema["$defs"][ref.rsplit("/", 1)[-1]]
+        properties = where.get("properties", {})
+        if name not in properties:
+            msg = f"{command} has no field {field!r} (it has: {', '.join(properties)})"
+            raise KeyError(msg)
+        where = properties[name]
+    kinds = [kind for kind in where.get("anyOf", [where]) if kind.get("type") != "null"]
+    found = dict(kinds[0]) if len(kinds) == 1 else {}
+    found["description"] = where.get("description", "")
+    if "default" in where:
+        found["default"] = where["default"]
+    return found
+
+
+def help_of(description: str) -> str:
+    """A field's description as an option's help: a sentence."""
+    text = description.strip()
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith(".") else text + "."
+
+
+def type_of(schema: dict[str, Any], *, ranges: bool = True) -> click.ParamType[Any]:
+    """The click type of a field's schema: its values (``enum``) as a
+    ``Choice``, its range as an ``IntRange`` or a ``FloatRange`` (``ranges``:
+    else the bare number, its range left to the service), else text."""
+    if "enum" in schema:
+        return click.Choice([str(value) for value in schema["enum"]])
+    kind = schema.get("type")
+    if kind == "string":
+        return click.STRING
+    if kind not in ("integer", "number"):
+        msg = f"a field of type {kind or 'several'} is not one option's value"
+        raise ValueError(msg)
+    low = schema.get("minimum", schema.get("exclusiveMinimum"))
+    high = schema.get("maximum", schema.get("exclusiveMaximum"))
+    if not ranges or (low is None and high is None):
+        return click.INT if kind == "integer" else click.FLOAT
+    open_low, open_high = "exclusiveMinimum" in schema, "exclusiveMaximum" in schema
+    if kind == "integer":
+        return click.IntRange(low, high, min_open=open_low, max_open=open_high)
+    return click.FloatRange(low, high, min_open=open_low, max_open=open_high)
+
+
+def field_option(
+    *decls: str,
+    command: str,
+    field: str,
+    more: str = "",
+    ranges: bool = True,
+    **attrs: Any,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A ``click.option`` for an option that is ``field`` of ``command``'s
+    arguments (:data:`~devs.domain.arguments.COMMANDS`): its help is the
+    field's description (then ``more``, what only the command line has to
+    say), its type the field's values or range (``ranges=False``: the
+    service checks the range and refuses in its words, exit 6), its default
+    the field's unless ``attrs`` give one; the words and limits of the
+    HTTP API and the MCP tools, never written again here."""
+    schema = field_schema(command, field)
+    said = help_of(schema["description"])
+    attrs.setdefault("help", f"{said} {more}" if more else said)
+    attrs.setdefault("type", type_of(schema, ranges=ranges))
+    if "default" in schema and schema["default"] is not None:
+        attrs.setdefault("default", schema["default"])
+    return click.option(*decls, **attrs)
+
 
 pass_context = click.make_pass_decorator(Context)
 

@@ -2,11 +2,14 @@
 (``claim``, ``release``, ``take-over``), the hand-off queue (``handoffs``,
 ``resolve``), ``sessions`` and ``lessons``.
 
-Every answer takes ``--if-version N``: the task's version it answers (``devs
+Every answer takes ``--if-version N``: the task's version it answers (``devs task
 show`` says it); if the task has moved on since, the answer is refused
 (``stale_answer``) and nothing is written."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -14,12 +17,12 @@ from devs.adapters.cli.base import (
     TIME,
     Context,
     acted,
-    actor_option,
     cli,
+    default_actor,
+    field_option,
     handles_errors,
     json_option,
     pass_context,
-    reason_option,
     shortened,
     show_rows,
     task_argument,
@@ -28,23 +31,60 @@ from devs.domain import (
     NotFound,
     RecoveryService,
 )
-from devs.domain.values import RESOLUTIONS, VERSION_MAX, ResolutionName
+from devs.domain.arguments import COMMANDS
+from devs.domain.values import ResolutionName
 
-if_version_option = click.option(
-    "--if-version",
-    "if_version",
-    type=click.IntRange(1, VERSION_MAX),
-    default=None,
-    help="The task's version this answer is for (`devs show TASK` says it): "
-    "refused, nothing written, if the task has moved on since.",
-)
+F = TypeVar("F", bound=Callable[..., object])
+
+NO_REASON = "(no reason given)"
+
+
+def answer_options(command: str) -> Callable[[F], F]:
+    """``--reason`` (if ``command`` takes one), ``--actor`` and
+    ``--if-version``: the fields of ``command``'s arguments
+    (:data:`~devs.domain.arguments.COMMANDS`), in their words and limits."""
+    options = []
+    if "reason" in COMMANDS[command].model_fields:
+        options.append(
+            field_option(
+                "--reason",
+                command=command,
+                field="reason",
+                default=NO_REASON,
+                show_default=True,
+            )
+        )
+    options.append(
+        field_option(
+            "--actor",
+            command=command,
+            field="actor",
+            default=default_actor,
+            show_default="the OS user",
+        )
+    )
+    options.append(
+        field_option(
+            "--if-version",
+            "if_version",
+            command=command,
+            field="if_version",
+            more="`devs task show TASK` says it.",
+        )
+    )
+
+    def decorate(function: F) -> F:
+        decorated: Any = function
+        for option in reversed(options):
+            decorated = option(decorated)
+        return cast("F", decorated)
+
+    return decorate
 
 
 @cli.command()
 @task_argument()
-@reason_option
-@actor_option
-@if_version_option
+@answer_options("resume")
 @json_option
 @pass_context
 @handles_errors
@@ -63,12 +103,8 @@ def resume(
 
 @cli.command()
 @task_argument()
-@click.option(
-    "--to-commit", default=None, help="Commit to revert to (default: the start)."
-)
-@reason_option
-@actor_option
-@if_version_option
+@field_option("--to-commit", command="rewind", field="to_commit")
+@answer_options("rewind")
 @json_option
 @pass_context
 @handles_errors
@@ -111,9 +147,7 @@ def waiting_task(app: RecoveryService) -> str:
 
 @cli.command()
 @task_argument(required=False)
-@reason_option
-@actor_option
-@if_version_option
+@answer_options("skip")
 @json_option
 @pass_context
 @handles_errors
@@ -165,8 +199,7 @@ def handoffs(ctx: Context, as_json: bool) -> None:
 
 @cli.command()
 @task_argument()
-@actor_option
-@if_version_option
+@answer_options("claim")
 @json_option
 @pass_context
 @handles_errors
@@ -182,8 +215,7 @@ def claim(
 
 @cli.command()
 @task_argument()
-@actor_option
-@if_version_option
+@answer_options("release")
 @json_option
 @pass_context
 @handles_errors
@@ -197,9 +229,7 @@ def release(
 
 @cli.command(name="take-over")
 @task_argument()
-@reason_option
-@actor_option
-@if_version_option
+@answer_options("take_over")
 @json_option
 @pass_context
 @handles_errors
@@ -225,25 +255,23 @@ def take_over(
 
 @cli.command()
 @task_argument()
-@click.option(
+@field_option(
     "--resolution",
     "--as",
     "resolution",
+    command="resolve_handoff",
+    field="resolution",
     required=True,
-    type=click.Choice(RESOLUTIONS),
-    help="Give it back to the agent, mark it done, or skip it (resolution= in "
-    "Python and over HTTP; --as is the same option).",
+    more="Python and HTTP name it `resolution=`; --as is its older name.",
 )
-@reason_option
-@actor_option
-@if_version_option
+@answer_options("resolve_handoff")
 @json_option
 @pass_context
 @handles_errors
 def resolve(
     ctx: Context,
     task_id: str,
-    resolution: ResolutionName,  # click.Choice(RESOLUTIONS) gives no other
+    resolution: ResolutionName,  # the field's click.Choice gives no other
     reason: str,
     actor: str,
     if_version: int | None,

@@ -11,6 +11,7 @@ from devs.adapters.cli.base import (
     Context,
     cli,
     emit_json,
+    field_option,
     handles_errors,
     json_option,
     pass_context,
@@ -20,7 +21,7 @@ from devs.adapters.cli.base import (
 from devs.domain import (
     InvalidInput,
 )
-from devs.domain.values import STOP_SCOPES, StopScopeName
+from devs.domain.values import StopScopeName
 
 
 @cli.group()
@@ -37,13 +38,8 @@ def run() -> None:
     type=click.File("rb"),
     help="JSON file mapping each node (task id) to its prerequisites; - for stdin.",
 )
-@click.option(
-    "--stop-scope",
-    type=click.Choice(STOP_SCOPES),
-    default="run",
-    show_default=True,
-    help="What a task's stop holds up: the whole run, or only the stopped "
-    "task's descendants (ready branches beside it go on).",
+@field_option(
+    "--stop-scope", command="start_run", field="stop_scope", show_default=True
 )
 @json_option
 @pass_context
@@ -52,7 +48,7 @@ def run_start(
     ctx: Context,
     run_id: str,
     dag_file: Any,
-    stop_scope: StopScopeName,  # click.Choice(STOP_SCOPES) gives no other
+    stop_scope: StopScopeName,  # the field's click.Choice gives no other
     as_json: bool,
 ) -> None:
     """Start RUN_ID over a DAG of task ids."""

@@ -20,6 +20,7 @@ from devs.adapters.cli.base import (
     emit_json,
     err,
     fail,
+    field_option,
     handles_errors,
     json_option,
     pass_context,
@@ -137,9 +138,9 @@ def task() -> None:
 
 @task.command("start")
 @task_argument()
-@click.option("--run", "run_id", default=None, help="The run whose node this task is.")
-@click.option("--agent", default=None, help="The agent working on it.")
-@click.option("--commit", "last_commit", default=None, help="The starting commit.")
+@field_option("--run", "run_id", command="start_task", field="run_id")
+@field_option("--agent", command="start_task", field="agent")
+@field_option("--commit", "last_commit", command="start_task", field="last_commit")
 @click.option(
     "--link",
     "links",
@@ -355,8 +356,13 @@ def gate() -> None:
 @gate.command("run", context_settings={"ignore_unknown_options": True})
 @task_argument()
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@click.option(
-    "--gate", "gate_name", default="tests", show_default=True, help="Gate name."
+@field_option(
+    "--gate",
+    "gate_name",
+    command="record_gate",
+    field="gate",
+    default="tests",
+    show_default=True,
 )
 @click.option(
     "--timeout", type=float, default=600.0, show_default=True, help="Seconds."
@@ -404,7 +410,7 @@ def gate() -> None:
     help="Run even though the working directory holds the store (a gate "
     "never runs there unless asked); the folder is read-only to the command.",
 )
-@click.option("--strategy", default=None, help="The strategy this attempt used.")
+@field_option("--strategy", command="record_gate", field="strategy")
 @json_option
 @pass_context
 @handles_errors
