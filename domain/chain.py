@@ -71,7 +71,34 @@ def body_hash(topic: str, body: dict[str, Any]) -> str:
     return hashlib.sha256(canonical(topic, body)).hexdigest()
 
 
+HASHES_KEPT = 64
+"""How many events' hashes :func:`event_hash` keeps, by the event object."""
+_hashed: dict[int, tuple[Any, str]] = {}
+
+
 def event_hash(event: Any) -> str:
+    """The SHA-256 of a domain event (a pydantic model, never changed once
+    made), as stored.
+
+    The hashes of the last events hashed are kept with the events themselves
+    (held, so no other object takes their ids): a decision's event is hashed
+    where the task index is folded, and again when the task's next event
+    links to it; the second is looked up.
+    """
+    kept = _hashed.get(id(event))
+    if kept is not None and kept[0] is event:
+        return kept[1]
+    digest = _event_hash(event)
+    while len(_hashed) >= HASHES_KEPT:
+        try:  # another thread may be changing it: then try again
+            del _hashed[next(iter(_hashed))]
+        except (RuntimeError, KeyError, StopIteration):
+            continue
+    _hashed[id(event)] = (event, digest)
+    return digest
+
+
+def _event_hash(event: Any) -> str:
     """The SHA-256 of a domain event (a pydantic model), as stored.
 
     The same canonical form as :func:`body_hash` of its stored body, built

@@ -112,6 +112,15 @@ class SQLTables:
         """The rows ``statement`` reads (each indexable by column name)."""
         raise NotImplementedError
 
+    def _select_together(
+        self, *queries: tuple[str, Any]
+    ) -> list[list[tuple[Any, ...]]]:
+        """The rows of each ``(statement, params)``, read in one transaction
+        (so from one snapshot), each row a plain tuple in column order: for a
+        query of many rows, where looking columns up by name would cost more
+        than reading them."""
+        raise NotImplementedError
+
     def forget(self) -> None:
         """Drop what the view holds in memory (its rows were replaced)."""
 
@@ -331,6 +340,17 @@ class SQLiteView(SQLiteTrackingRecorder, SQLTables):
         with self.datastore.transaction(commit=False) as cursor:
             cursor.execute(statement, params)
             return list(cursor.fetchall())
+
+    def _select_together(
+        self, *queries: tuple[str, Any]
+    ) -> list[list[tuple[Any, ...]]]:
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.sqlite_cursor.row_factory = None  # plain tuples
+            found = []
+            for statement, params in queries:
+                cursor.execute(statement, params)
+                found.append(cursor.fetchall())
+            return found
 
 
 def advance(cursor: SQLiteCursor, positions: Mapping[str, int]) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from eventsourcing.persistence import IntegrityError, ProgrammingError, Tracking
 from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
 from psycopg import Cursor
-from psycopg.rows import DictRow
+from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Composed
 
 from devs.domain import eventsourcing_internals
@@ -126,6 +126,19 @@ class PostgresView(PostgresTrackingRecorder, SQLTables):
         with self.datastore.transaction(commit=False) as cursor:
             cursor.execute(pg_sql(statement), params or None)
             return cursor.fetchall()
+
+    def _select_together(
+        self, *queries: tuple[str, Any]
+    ) -> list[list[tuple[Any, ...]]]:
+        with (
+            self.datastore.transaction(commit=False) as cursor,
+            cursor.connection.cursor(row_factory=tuple_row) as plain,
+        ):
+            found = []
+            for statement, params in queries:
+                plain.execute(pg_sql(statement), params or None)
+                found.append(plain.fetchall())
+            return found
 
     def create_statements(self) -> list[Composed]:
         return [SQL(statement).format() for statement in self.pg_ddl]

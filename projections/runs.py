@@ -20,6 +20,8 @@ from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, fo
 
 WAITING, READY, STARTED = "waiting", "ready", "started"
 COMPLETED, SKIPPED = NodeOutcome.COMPLETED.value, NodeOutcome.SKIPPED.value
+DAGS_KEPT = 8
+"""How many runs' DAGs a process keeps (:meth:`RunsTables.run_state`)."""
 """A node's ``progress``: waiting, ready, started, then how it settled."""
 
 
@@ -111,7 +113,7 @@ class RunsTables(RunsView, SQLTables):
     """The ``runs`` tables and their SQL (SQLite and PostgreSQL alike)."""
 
     name: ClassVar[str] = "runs"
-    schema_version: ClassVar[int] = 2  # v2: stop scopes
+    schema_version: ClassVar[int] = 3  # v2: stop scopes; v3: no index on progress
     tables: ClassVar[tuple[str, ...]] = ("runs", "run_nodes", "run_edges")
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS runs ("
@@ -136,8 +138,6 @@ class RunsTables(RunsView, SQLTables):
         "settled_at TEXT, "
         "PRIMARY KEY (run_id, node_id))",
         "CREATE INDEX IF NOT EXISTS run_nodes_position ON run_nodes (run_id, position)",
-        "CREATE INDEX IF NOT EXISTS run_nodes_progress "
-        "ON run_nodes (run_id, progress, position)",
         "CREATE TABLE IF NOT EXISTS run_edges ("
         "run_id TEXT NOT NULL, "
         "prerequisite TEXT NOT NULL, "
@@ -149,6 +149,8 @@ class RunsTables(RunsView, SQLTables):
     pg_migrations: ClassVar[tuple[str, ...]] = (
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS "
         "stop_scope TEXT NOT NULL DEFAULT 'run'",
+        # v3: no query reads nodes by progress; the index only slowed writes.
+        "DROP INDEX IF EXISTS run_nodes_progress",
     )
 
     def insert_run(self, run_id: str, e: Run.Started, tracking: Tracking) -> None:
@@ -248,43 +250,77 @@ class RunsTables(RunsView, SQLTables):
     def _touch(cursor: Any, run_id: str, at: str) -> None:
         cursor.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (at, run_id))
 
+    def forget(self) -> None:
+        self._dags().clear()
+
+    def _dags(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """The DAGs of the runs last asked about, by run id: a run's DAG
+        never changes once it started, so a query of a large run reads only
+        what moves, its nodes' progress, after the first."""
+        kept: dict[str, dict[str, tuple[str, ...]]]
+        kept = self.__dict__.setdefault("_kept_dags", {})
+        return kept
+
     def run_state(self, run_id: str) -> RunState | None:
-        runs = self._select("SELECT * FROM runs WHERE id = ?", (run_id,))
+        kept = self._dags()
+        dag = kept.get(run_id)
+        queries = [
+            ("SELECT status, updated_at, stop_scope FROM runs WHERE id = ?", (run_id,)),
+            (
+                "SELECT node_id, progress, started_seq, settled_seq, paused_seq "
+                "FROM run_nodes WHERE run_id = ? ORDER BY position",
+                (run_id,),
+            ),
+        ]
+        if dag is None:
+            queries.append(
+                (
+                    "SELECT node_id, prerequisite FROM run_edges WHERE run_id = ? "
+                    "ORDER BY node_id, ordinal",
+                    (run_id,),
+                )
+            )
+        found = self._select_together(*queries)  # one snapshot
+        runs, nodes = found[0], found[1]
         if not runs:
             return None
-        nodes = self._select(
-            "SELECT * FROM run_nodes WHERE run_id = ? ORDER BY position", (run_id,)
-        )
-        edges = self._select(
-            "SELECT node_id, prerequisite FROM run_edges WHERE run_id = ? "
-            "ORDER BY node_id, ordinal",
-            (run_id,),
-        )
-        dag: dict[str, list[str]] = {node["node_id"]: [] for node in nodes}
-        for edge in edges:
-            dag[edge["node_id"]].append(edge["prerequisite"])
-
-        def ordered(key: str, *progress: str) -> tuple[str, ...]:
-            chosen = [
-                n
-                for n in nodes
-                if n[key] is not None and (not progress or n["progress"] in progress)
-            ]
-            return tuple(n["node_id"] for n in sorted(chosen, key=lambda n: n[key]))
-
-        run = runs[0]
+        if dag is None:
+            prerequisites: dict[str, list[str]] = {node[0]: [] for node in nodes}
+            for node_id, prerequisite in found[2]:
+                prerequisites[node_id].append(prerequisite)
+            dag = {node: tuple(before) for node, before in prerequisites.items()}
+            while len(kept) >= DAGS_KEPT:
+                kept.pop(next(iter(kept)), None)
+            kept[run_id] = dag
+        started: list[tuple[int, str]] = []
+        settled: list[tuple[int, str, str]] = []
+        paused: list[tuple[int, str]] = []
+        ready: list[str] = []
+        for node_id, progress, started_seq, settled_seq, paused_seq in nodes:
+            if started_seq is not None:
+                started.append((started_seq, node_id))
+            if settled_seq is not None:
+                settled.append((settled_seq, node_id, progress))
+            if paused_seq is not None:
+                paused.append((paused_seq, node_id))
+            if progress == READY:
+                ready.append(node_id)
+        started.sort()
+        settled.sort()
+        paused.sort()
+        status, updated_at, stop_scope = runs[0]
         return RunState(
             run_id=run_id,
-            status=run["status"],
-            dag={node: tuple(prereqs) for node, prereqs in dag.items()},
-            order=tuple(node["node_id"] for node in nodes),
-            started=ordered("started_seq"),
-            completed=ordered("settled_seq", COMPLETED),
-            skipped=ordered("settled_seq", SKIPPED),
-            ready=tuple(n["node_id"] for n in nodes if n["progress"] == READY),
-            paused_by=ordered("paused_seq"),
-            updated_at=run["updated_at"],
-            stop_scope=run["stop_scope"],
+            status=status,
+            dag=dag,
+            order=tuple(node[0] for node in nodes),
+            started=tuple(node for _, node in started),
+            completed=tuple(node for _, node, p in settled if p == COMPLETED),
+            skipped=tuple(node for _, node, p in settled if p == SKIPPED),
+            ready=tuple(ready),
+            paused_by=tuple(node for _, node in paused),
+            updated_at=updated_at,
+            stop_scope=stop_scope,
         )
 
 

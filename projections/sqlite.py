@@ -14,10 +14,13 @@ A query folds such a gap itself only if the write lock is free at that moment
 events nor folds.
 
 Where the recorder cannot fold (not this package's recorder, or a read-only
-database whose views live in a private file of this process), a query catches
-the views up from the notification log first, as before: whatever was
-recorded since each view's tracking position is read once per page and fed to
-each projection inside one transaction per view.
+database whose views live in a private file of this process), or need not (a
+database in this process's memory: no other process can reach it, and
+eventsourcing's pool makes its readers and writers take turns anyway), a query
+catches the views up from the notification log first: whatever was recorded
+since each view's tracking position is read once per page and fed to each
+projection inside one transaction per view. In memory that keeps a decision
+to its own events, and folds the read models a batch at a time.
 
 :class:`SQLiteReadModels` implements the domain's
 :class:`~devs.domain.ports.ReadModels` port; ``RecoveryService`` gets it by
@@ -178,7 +181,11 @@ class SQLiteReadModels(ViewQueries):
         self._load_unreadable()
         self._stop_folding: Callable[[], None] | None = None
         recorder = app.recorder
-        if datastore is self._file_datastore and isinstance(recorder, FoldsOnWrite):
+        if (
+            datastore is self._file_datastore
+            and isinstance(recorder, FoldsOnWrite)
+            and not datastore.pool.is_sqlite_memory_mode
+        ):
             recorder.mapper = app.mapper
             self._stop_folding = recorder.fold_on_write(self.fold_written)
             self._fold_what_is_left()
@@ -371,13 +378,17 @@ class SQLiteReadModels(ViewQueries):
             current = positions[name]
             if current >= last:
                 continue
-            view, projection = self.views[name], self.projections[name]
-            with view.folding_in(cursor):
-                for domain_event, notification_id in page:
-                    if notification_id <= current:
-                        continue
-                    handler = self._handler(name, type(domain_event))
-                    if handler is not None:
+            view = self.views[name]
+            folds = [
+                (handler, domain_event, notification_id)
+                for domain_event, notification_id in page
+                if notification_id > current
+                and (handler := self._handler(name, type(domain_event))) is not None
+            ]
+            if folds:  # else the view only moves its position (advance)
+                projection = self.projections[name]
+                with view.folding_in(cursor):
+                    for handler, domain_event, notification_id in folds:
                         tracking = Tracking(view.tracking_name, notification_id)
                         handler(projection, domain_event, tracking)
             advanced[view.tracking_name] = last

@@ -181,7 +181,8 @@ def test_a_schema_never_tracked_is_rebuilt_from_the_log(
         connection.execute("DROP TABLE tasks")
         connection.execute("CREATE TABLE tasks (key TEXT PRIMARY KEY, doc BLOB)")
         connection.execute(
-            "DELETE FROM tracking WHERE application_name = 'RecoveryService/tasks.v2'"
+            "DELETE FROM tracking WHERE application_name = ?",
+            (SQLiteTasksView.tracking_name_for("RecoveryService"),),
         )
     with open_service(Settings(db=str(db_path))) as reopened:
         states = {t.task_id: t.state for t in reopened.tasks()}
@@ -258,3 +259,82 @@ def test_lessons_read_during_another_process_rebuild_are_not_kept(
         x.is_strategy_blacklisted("t", strategy)  # ... when x reads it
         y.rebuild_projections(["lessons_learned"])  # back to the same position
         assert x.is_strategy_blacklisted("t", strategy)
+
+
+def test_in_memory_the_read_models_fold_on_read_and_on_a_file_on_write(
+    db_path: Path,
+) -> None:
+    """A database in this process's memory cannot be reached by another
+    process (and eventsourcing's pool makes its readers and writers take
+    turns): the recorder leaves the fold to the next query. On a file, the
+    writer folds in its own transaction."""
+    with open_service(Settings(db=":memory:")) as memory:
+        memory.start_task("t1")
+        models = memory.read_models
+        assert isinstance(models, SQLiteReadModels)
+        assert not models.folded_on_write
+        assert models.positions()["tasks"] == 0  # not folded by the command
+        assert [t.task_id for t in memory.tasks()] == ["t1"]  # the query folds
+        assert models.positions()["tasks"] > 0
+    with open_service(Settings(db=str(db_path))) as on_file:
+        on_file.start_task("t1")
+        models = on_file.read_models
+        assert isinstance(models, SQLiteReadModels)
+        assert models.folded_on_write
+        assert models.positions()["tasks"] > 0  # folded with the command
+
+
+INDEXED_AT_MOST = {
+    # The task list filters by state or run, in id order; every event
+    # rewrites position, updated_at, version, chain_head and more.
+    "tasks": {"id", "state", "run_id"},
+    # A run's nodes are read in DAG order (position, fixed at the start);
+    # progress and the sequence numbers move.
+    "run_nodes": {"run_id", "node_id", "position"},
+}
+
+
+@pytest.mark.parametrize("table", sorted(INDEXED_AT_MOST))
+def test_no_index_holds_what_events_rewrite(table: str, db_path: Path) -> None:
+    """An index on a column that folds rewrite is one more page written in
+    every commit that folds (the tasks view had three, on ``position``, and
+    runs one on ``progress``, which no query read)."""
+    datastore = SQLiteDatastore(str(db_path))
+    for _, view_class in SQLITE:
+        if table in view_class.tables:
+            view_class(
+                datastore, tracking_name=view_class.tracking_name_for("T")
+            ).setup()
+    with sqlite3.connect(db_path) as connection:
+        indexes = [row[1] for row in connection.execute(f"PRAGMA index_list({table})")]
+        assert indexes  # the table was made
+        indexed = {
+            row[2]
+            for index in indexes
+            for row in connection.execute(f"PRAGMA index_info({index})")
+        }
+    assert indexed <= INDEXED_AT_MOST[table]
+
+
+def test_a_run_s_state_is_read_whole_after_its_dag_is_kept(
+    service: RecoveryService,
+) -> None:
+    """The first query of a run reads its DAG and keeps it (a run's DAG
+    never changes); later ones read only its nodes' progress, and still see
+    it move. A run asked about before it started is not kept as empty."""
+    runs = service.read_models.views["runs"]  # type: ignore[attr-defined]
+    assert runs.run_state("r1") is None
+    service.start_run("r1", {"a": [], "b": ["a"], "c": ["a", "b"]})
+    first = service.run_state("r1")
+    assert first.dag == {"a": (), "b": ("a",), "c": ("a", "b")}
+    assert first.order == ("a", "b", "c")
+    assert first.ready == ("a",)
+    service.start_task("a", run_id="r1")
+    service.record_gate("a", 0, gate="tests")
+    later = service.run_state("r1")
+    assert later.dag == first.dag
+    assert later.started == ("a",)
+    assert later.completed == ("a",)
+    assert later.ready == ("b",)
+    runs.forget()
+    assert service.run_state("r1") == later

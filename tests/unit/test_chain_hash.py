@@ -142,3 +142,23 @@ def test_an_integer_past_64_bits_hashes_as_its_json_reads_back() -> None:
         consecutive_failures=1,
     )
     assert chain.event_hash(event) == _stored_hash(event) == _written_hash(event)
+
+
+def test_a_hash_asked_again_is_kept_by_the_event_object() -> None:
+    """The hash of an event just hashed is looked up, by the very object; an
+    equal event that is another object is hashed on its own, and the kept
+    hashes stay few."""
+    events = every_kind_of_event()
+    first = events[-1]
+    digest = chain.event_hash(first)
+    assert chain._hashed[id(first)] == (first, digest)
+    assert chain.event_hash(first) == digest == _stored_hash(first)
+    twin = first.model_copy()
+    assert twin is not first
+    assert chain.event_hash(twin) == digest
+    assert chain._hashed[id(twin)][0] is twin
+    copies = [event.model_copy() for event in events for _ in range(8)]
+    assert len(copies) > chain.HASHES_KEPT
+    for event in copies:
+        assert chain.event_hash(event) == _stored_hash(event)
+    assert len(chain._hashed) <= chain.HASHES_KEPT
