@@ -165,8 +165,21 @@ PolicyOrChanges = Annotated[
 
 def api(func: Callable[P, R]) -> Callable[P, R]:
     """A public command or query: its arguments validated, its store failures
-    reported as :class:`StoreError`."""
-    return store_errors(validated(func))
+    reported as :class:`StoreError`. Its ``unchecked`` is the same without the
+    validation (:func:`unchecked`)."""
+    checked = store_errors(validated(func))
+    checked.unchecked = store_errors(func)  # type: ignore[attr-defined]
+    return checked
+
+
+def unchecked(method: Callable[P, R]) -> Callable[P, R]:
+    """A command of the service (``RecoveryService.record_gate``) that does
+    not validate its arguments again: for an edge that validated every one
+    against the command's model (:data:`devs.domain.arguments.COMMANDS`,
+    whose fields are the method's parameters with the same types), so that
+    each value is validated, and its text redacted, once."""
+    found: Callable[P, R] = getattr(method, "unchecked")  # noqa: B009
+    return found
 
 
 class RecoveryService(TaskCommands):

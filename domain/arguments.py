@@ -45,6 +45,7 @@ from devs.domain.values import (
     StopScopeName,
     Strategy,
     TaskId,
+    validated,
     whole,
 )
 
@@ -66,6 +67,7 @@ __all__ = [
     "StartTask",
     "TakeOver",
     "WhatIf",
+    "given_apart",
 ]
 
 TASK = Field(description="the task's id")
@@ -288,3 +290,18 @@ COMMANDS: dict[str, type[Arguments]] = {
 }
 """Each command of :class:`~devs.domain.service.RecoveryApi` that takes more
 than an id, by its method's name."""
+
+
+@validated
+def given_apart(
+    *,
+    task_id: TaskId | None = None,
+    actor: Actor | None = None,
+    if_version: AnsweredVersion | None = None,
+) -> dict[str, Any]:
+    """The arguments an edge takes from elsewhere than a command's body (the
+    URL path's ``task_id``, the ``actor`` a token names, the ``If-Match``
+    header's version), validated as the command validates them and refused
+    in the same words; those given, by name."""
+    given = {"task_id": task_id, "actor": actor, "if_version": if_version}
+    return {name: value for name, value in given.items() if value is not None}

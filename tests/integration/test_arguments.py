@@ -99,3 +99,37 @@ def test_a_call_that_does_not_fit_the_signature_is_a_type_error(
         service.resume("t1", "actor", "reason")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="missing a required argument: 'actor'"):
         service.resume("t1", reason="r")  # type: ignore[call-arg]
+
+
+def test_what_an_edge_takes_apart_is_refused_as_the_command_refuses_it() -> None:
+    """``given_apart`` (the path's task id, the token's actor, the If-Match
+    version) validates with the commands' types, in their words."""
+    from devs.domain.arguments import given_apart
+
+    assert given_apart(task_id="t1", actor="ana", if_version=3) == {
+        "task_id": "t1",
+        "actor": "ana",
+        "if_version": 3,
+    }
+    assert given_apart(if_version=None) == {}
+    for bad, field in (({"actor": "   "}, "actor"), ({"if_version": 0}, "if_version")):
+        with pytest.raises(InvalidInput) as refused:
+            given_apart(**bad)
+        assert refused.value.field == field
+
+
+def test_an_unchecked_command_does_not_validate_again() -> None:
+    """``unchecked`` runs the command as an edge that validated every
+    argument calls it: a value its model would refuse is not looked at."""
+    from devs.domain.application import unchecked
+
+    from devs.adapters.config import Settings, open_service
+
+    with open_service(Settings(db=":memory:")) as service:
+        service.start_task("t1")
+        with pytest.raises(InvalidInput) as refused:
+            service.record_gate("t1", 1, gate="te\x01sts")
+        assert refused.value.field == "gate"
+        run = unchecked(RecoveryService.record_gate)
+        decision = run(service, "t1", 1, gate="te\x01sts")  # the edge's to check
+        assert decision.consecutive_failures == 1

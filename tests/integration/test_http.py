@@ -477,3 +477,30 @@ def test_create_app_refuses_a_token_that_cannot_be_one(
         with pytest.raises(InvalidInput, match="DEVS_API_TOKEN") as refused:
             create_app(service, token=token)
         assert refused.value.field == "token"
+
+
+def test_a_command_s_arguments_are_validated_once(
+    client: TestClient, db_path: Path
+) -> None:
+    """The body validated each argument against the command's model; the
+    service then runs the command without validating them again (whose
+    trace is what ``validated`` remembers of a call of short texts), and
+    what the path gives is validated apart."""
+    from devs.domain import values
+
+    assert client.post("/tasks", json={"task_id": "t1"}).status_code == 201
+    values._KNOWN.clear()
+    answered = client.post("/tasks/t1/gates", json={"exit_code": 1, "gate": "tests"})
+    assert answered.status_code == 200
+    assert answered.json()["consecutive_failures"] == 1
+    remembered = {key[0].__qualname__ for key in values._KNOWN}
+    assert "RecoveryService.record_gate" not in remembered
+    with open_service(Settings(db=str(db_path))) as service:  # a direct call
+        service.record_gate("t1", 1, gate="tests")
+    remembered = {key[0].__qualname__ for key in values._KNOWN}
+    assert "RecoveryService.record_gate" in remembered  # validates, as it must
+    too_long = "t" * 201
+    refused = client.post(f"/tasks/{too_long}/gates", json={"exit_code": 1})
+    assert refused.status_code == 422
+    assert refused.json()["field"] == "task_id"
+    assert "200 characters" in refused.json()["detail"]
