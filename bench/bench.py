@@ -9,17 +9,19 @@ markdown table, then one line per target saying whether this run met it:
 
 1. ``record_gate`` decisions per second on a SQLite file, beside the raw sqlite3
    floor: one small row per committed transaction on a file with the same journal
-   mode and ``synchronous`` setting; and their ratio. Target >= 0.5 x.
+   mode and ``synchronous`` setting; and their ratio. Target >= 0.5 x. Beside
+   it, the CPU of one such decision on a store in memory (best of 5 rounds of
+   ``--decisions``): target <= 100 µs.
 2. The same decisions beside one step of a one-node LangGraph graph checkpointed
    by ``SqliteSaver`` on a file in the same directory: decisions/s over steps/s.
    Target >= 10 x. Needs the ``bench`` extra (``pip install '.[bench]'``); without
    it the row says so and the rest still runs.
 3. ``is_strategy_blacklisted`` for a task with 100 and with 1,000 lessons of 2,000
    characters, beside raw ``rapidfuzz.process.extractOne`` over the same strings.
-   Target <= 1.25 x for both.
+   Target <= 1.1 x for both.
 4. A run of 10,000 tasks (``--run-tasks``): its projections rebuilt from position 0
    by a new service (target <= 10 s), and one ``start_task`` + ``record_gate(0)``
-   on a ready node inside it (median; target <= 5 ms).
+   on a ready node inside it (median; target <= 1 ms).
 5. ``task()`` of a task with 1,000 and 10,000 events on a new service (cold: no
    cached aggregate). Target <= 10 ms for the larger.
 6. Redaction MB/s (``--redaction-chars``): 5 MB of ordinary test-runner output,
@@ -30,7 +32,7 @@ markdown table, then one line per target saying whether this run met it:
 7. Runs (bench/runs.py): ``start_run`` of a 5,000-node chain, of a 5,000-node
    fan-in and of the largest DAG the limits allow (target < 1 s each), the
    largest run event and run snapshot stored (target <= 3,000,000 bytes each),
-   and ``run_state()`` of the run of row 4 (target < 0.5 s).
+   and ``run_state()`` of the run of row 4 (target <= 25 ms).
 
 Rows 1 and 2 are measured in alternating rounds, so the mood of a shared, noisy
 disk (other tenants, write-back) is spread evenly over everything compared. Set
@@ -268,6 +270,34 @@ def decisions_beside_baselines(base: Path, decisions: int, steps: int) -> Decisi
     return Decisions(done / ours, done / floor, mode, source, step_rate, step_mode)
 
 
+def memory_cpu_us(decisions: int) -> float:
+    """CPU (``time.process_time``) per ``record_gate`` decision (a failed
+    gate) on a store in this process's memory, µs: the decision's own cost,
+    without the disk. The best of 5 rounds of ``decisions``, after a warm-up;
+    the least disturbed by other processes on a shared machine."""
+    app = open_service(
+        Settings(db=":memory:"),
+        policy=Policy(escalation_threshold=1000, handoff_threshold=1000),
+    )
+    per_round = max(1, decisions)
+    # At most 500 failures a task: the patient policy stops one at 1,000.
+    tasks = [f"task-{i}" for i in range(max(20, -(-6 * per_round // 500)))]
+    for task in tasks:
+        app.start_task(task)
+    best = float("inf")
+    for round_number in range(6):  # the first warms up
+        start = time.process_time()
+        for i in range(per_round):
+            app.record_gate(
+                tasks[i % len(tasks)], 1, gate="tests", error="assert 1 == 2"
+            )
+        spent = (time.process_time() - start) / per_round
+        if round_number:
+            best = min(best, spent)
+    app.close()
+    return best * 1e6
+
+
 # ------------------------------------------------------------------ blacklist
 
 
@@ -473,6 +503,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     say(f"decisions, raw sqlite3 and LangGraph, in {ROUNDS} rounds")
     measured = decisions_beside_baselines(base, args.decisions, args.steps)
+    say("CPU per decision in memory")
+    memory_us = memory_cpu_us(args.decisions)
     say("blacklist checks")
     check = [
         (n, *blacklist_ms(base / "blacklist.sqlite", f"lessons-{i}", n, rnd))
@@ -508,6 +540,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{ratio:.2f} x the raw floor",
         )
     )
+    rows.append(
+        Row(
+            f"CPU per record_gate decision in memory ({args.decisions:,}, best of 5)",
+            f"{memory_us:.1f} µs",
+            target="<= 100 µs",
+            verdict=memory_us <= 100,
+            note=f"{memory_us:.1f} µs",
+        )
+    )
     if measured.steps is None:
         rows.append(
             Row(
@@ -540,8 +581,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{ours:.3f} ms",
                 f"extractOne {raw:.3f} ms",
                 f"{ratio:.2f} x",
-                "<= 1.25 x",
-                ratio <= 1.25,
+                "<= 1.1 x",
+                ratio <= 1.1,
                 f"{ratio:.2f} x extractOne",
             )
         )
@@ -560,8 +601,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"start_task + record_gate(0) on a ready node, run of "
             f"{args.run_tasks:,} tasks (median of {timed:,})",
             f"{gate_ms:.2f} ms",
-            target="<= 5 ms",
-            verdict=gate_ms <= 5,
+            target="<= 1 ms",
+            verdict=gate_ms <= 1,
             note=f"{gate_ms:.2f} ms",
         )
     )
