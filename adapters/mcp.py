@@ -2,26 +2,18 @@
 ``/mcp`` in ``devs serve`` (streamable HTTP, behind the API token).
 
 Built on the ``mcp`` package's ``MCPServer`` (version 2). Each tool's input
-schema comes from the service's own argument types
-(:mod:`devs.domain.values`), so an agent sees the same limits a Python or HTTP
-caller meets; a value out of range is a tool error naming the field, and so
-is every error of the service (:class:`~devs.domain.DevsError`: its kind and
-message, never a traceback).
-
-``run_gate`` is the tool a careful agent should use: it runs the test command
-itself, sandboxed (:class:`devs.adapters.gate_run.GateCall`), in the server's
-working directory or a folder inside it (``cwd``), and records its result, so
-the agent cannot misreport it. The command is the agent's, so it is bounded
-(memory, CPU, timeout: the agent may ask less than the server's maxima, never
-more; :class:`~devs.adapters.sandbox.GateSettings`), kept out of the store's
-folder, and refused where bubblewrap cannot sandbox it, unless the operator
-set ``DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES``.
+schema comes from the service's own argument types, so an agent meets the
+limits a Python or HTTP caller meets, and every error is a tool error naming
+the field or the service's error, never a traceback. ``run_gate`` runs the
+test command itself, sandboxed (:class:`devs.adapters.gate_run.GateCall`), so
+the agent cannot misreport it (docs/agents.md, docs/security.md).
 """
 
 import functools
 import inspect
 import logging
 import os
+import typing
 from collections.abc import Awaitable, Callable
 from importlib import metadata
 from pathlib import Path
@@ -42,28 +34,17 @@ from devs.adapters.sandbox import (
     store_file,
 )
 from devs.domain import (
-    AttemptDecision,
     DevsError,
-    EntropyDecision,
     GateDecision,
     InvalidInput,
     Lesson,
     RecoveryService,
     TaskSummary,
 )
+from devs.domain.application import unchecked
 from devs.domain.arguments import COMMANDS
 from devs.domain.redaction import redact
 from devs.domain.values import (
-    AgentName,
-    CommitId,
-    EntropyScore,
-    ErrorText,
-    ExitCode,
-    GateName,
-    Links,
-    OutputText,
-    RcaSummary,
-    RunId,
     Strategy,
     TaskId,
     refusal,
@@ -135,6 +116,57 @@ async def _in_thread(call: Callable[[], Any]) -> Any:
     return await anyio.to_thread.run_sync(call)
 
 
+COMMAND_TOOLS = {
+    "start_task": "Start a task (once): its id, optionally its run, agent and commit.",
+    "begin_attempt": (
+        "Say the strategy of your next try before you make it: `proceed` "
+        "false means it repeats one that already failed (read `directive`)."
+    ),
+    "record_gate": (
+        "Report a test run you ran yourself by its exit code (0 passes; "
+        "null: killed or timed out). Prefer run_gate."
+    ),
+    "report_entropy": (
+        "Report how uncertain you are, in [0, 1]; at the threshold a human is asked."
+    ),
+    "log_lesson": "Record a strategy that failed and why: it will be refused again.",
+}
+"""The service's commands an agent calls as tools, with what each tool tells
+the agent; their arguments are the commands' (:data:`COMMANDS`)."""
+
+
+def _command_tool(
+    command: str,
+    service: Callable[[], RecoveryService],
+    run: Runner,
+) -> Callable[..., Awaitable[Any]]:
+    """The tool of the service's ``command``: its parameters are the fields of
+    the command's model, its answer the method's; the arguments come
+    validated by the tool's strict input model (:func:`_strict_tools`), so the
+    command runs :func:`~devs.domain.application.unchecked`."""
+    method = getattr(RecoveryService, command)
+    call = unchecked(method)
+
+    async def tool(**arguments: Any) -> Any:
+        return await run(lambda: call(service(), **arguments))
+
+    tool.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=info.annotation,
+                default=inspect.Parameter.empty if info.is_required() else info.default,
+            )
+            for name, info in COMMANDS[command].model_fields.items()
+        ],
+        return_annotation=typing.get_type_hints(method)["return"],
+    )
+    tool.__name__ = tool.__qualname__ = command
+    tool.__doc__ = COMMAND_TOOLS[command]
+    return _tool_errors(tool)
+
+
 def build_server(
     service: Callable[[], RecoveryService],
     *,
@@ -161,60 +193,8 @@ def build_server(
         root.setLevel(level)
     run = commands or _in_thread
 
-    @server.tool()
-    @_tool_errors
-    async def start_task(
-        task_id: TaskId,
-        run_id: RunId | None = None,
-        agent: AgentName | None = None,
-        last_commit: CommitId | None = None,
-        links: Links | None = None,
-    ) -> TaskSummary:
-        """Start a task (once): its id, optionally its run, agent and commit."""
-        value: TaskSummary = await run(
-            lambda: service().start_task(
-                task_id,
-                run_id=run_id,
-                agent=agent,
-                last_commit=last_commit,
-                links=links,
-            )
-        )
-        return value
-
-    @server.tool()
-    @_tool_errors
-    async def begin_attempt(task_id: TaskId, strategy: Strategy) -> AttemptDecision:
-        """Say the strategy of your next try before you make it: `proceed`
-        false means it repeats one that already failed (read `directive`)."""
-        value: AttemptDecision = await run(
-            lambda: service().begin_attempt(task_id, strategy)
-        )
-        return value
-
-    @server.tool()
-    @_tool_errors
-    async def record_gate(
-        task_id: TaskId,
-        exit_code: ExitCode,
-        gate: GateName | None = None,
-        strategy: Strategy | None = None,
-        error: ErrorText | None = None,
-        output: OutputText | None = None,
-    ) -> GateDecision:
-        """Report a test run you ran yourself by its exit code (0 passes;
-        null: killed or timed out). Prefer run_gate."""
-        value: GateDecision = await run(
-            lambda: service().record_gate(
-                task_id,
-                exit_code,
-                gate=gate,
-                strategy=strategy,
-                error=error,
-                output=output,
-            )
-        )
-        return value
+    for command in ("start_task", "begin_attempt", "record_gate"):
+        server.tool(name=command)(_command_tool(command, service, run))
 
     # The bounds an agent's gate meets; a wrong setting is each call's error
     # (naming its variable), the defaults bounding the schema meanwhile.
@@ -310,27 +290,8 @@ def build_server(
 
     if run_gates:
         server.tool(name="run_gate")(_tool_errors(run_gate_tool))
-
-    @server.tool()
-    @_tool_errors
-    async def report_entropy(task_id: TaskId, score: EntropyScore) -> EntropyDecision:
-        """Report how uncertain you are, in [0, 1]; at the threshold a human
-        is asked."""
-        value: EntropyDecision = await run(
-            lambda: service().report_entropy(task_id, score)
-        )
-        return value
-
-    @server.tool()
-    @_tool_errors
-    async def log_lesson(
-        task_id: TaskId, failed_strategy: Strategy, rca_summary: RcaSummary
-    ) -> Lesson:
-        """Record a strategy that failed and why: it will be refused again."""
-        value: Lesson = await run(
-            lambda: service().log_lesson(task_id, failed_strategy, rca_summary)
-        )
-        return value
+    for command in ("report_entropy", "log_lesson"):
+        server.tool(name=command)(_command_tool(command, service, run))
 
     @server.tool()
     @_tool_errors
