@@ -1,32 +1,32 @@
 """A client of ``devs serve`` with the methods of ``RecoveryService``.
 
-``HttpRecoveryClient("http://127.0.0.1:8765", token=...)`` answers the
-commands and queries a caller of the service uses with the same pydantic
-models, and raises the same exceptions (:class:`~devs.domain.NotFound` for a
-404, :class:`~devs.domain.InvalidInput` for a 422, with its ``field``, and so
-on), so code written against an in-process ``RecoveryService`` runs against
-the HTTP service unchanged: the LangGraph adapter takes either.
-
-Read your writes: the client remembers the highest ``X-Devs-Position`` its
-commands reached and sends it as ``X-Devs-After`` with every query of a read
-model, so a query answers only once the read models folded this client's own
-commands, on whichever worker or server it lands.
-
-Exactly once: ``exactly_once(key, request)`` sends the commands of its block
-with ``Idempotency-Key: key``. The server compares the request body with the
-first one sent under that key (``request`` is what the in-process service
-compares; here it is not sent).
+``HttpRecoveryClient("http://127.0.0.1:8765", token=...)`` answers with the
+same pydantic models and raises the same exceptions as the in-process service,
+so code written against one runs against the other (the LangGraph adapter
+takes either). It reads its own writes (``X-Devs-Position`` sent back as
+``X-Devs-After``) and sends ``exactly_once`` blocks under ``Idempotency-Key``
+(docs/http.md, docs/python-api.md).
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    overload,
+)
 from urllib.parse import quote
 
 import httpx
@@ -59,7 +59,7 @@ from devs.domain.arguments import COMMANDS
 from devs.domain.audit import ReplayCheckReport, TaskAudit, WhatIfReport
 from devs.domain.commands import Written
 from devs.domain.errors import StaleAnswer, error_of_kind
-from devs.domain.names import DeliveryStateValue, ResolutionValue, StopScopeValue
+from devs.domain.names import DeliveryStateValue
 from devs.domain.outbox import OutboxMessage
 from devs.domain.ports import Redelivered, WebhooksReport
 from devs.domain.service import RecoveryApi
@@ -180,6 +180,50 @@ def _error(response: Answer) -> DevsError:
     if status in (503, 504):  # a proxy's or a balancer's: the store is away
         return StoreError(detail)
     return ServiceError(f"HTTP {status} ({kind}): {detail}", status=status)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Sent(Generic[P, R]):
+    """A command of :class:`HttpRecoveryClient`, declared by the service
+    interface's method (``RecoveryApi.record_gate``): called as that method
+    is (mypy checks each call against it), it sends the arguments it was
+    given (:meth:`HttpRecoveryClient._send`) and reads the answer as
+    ``answer``."""
+
+    def __init__(
+        self, declared: Callable[Concatenate[Any, P], R], answer: type[R]
+    ) -> None:
+        self.command = declared.__name__
+        self.signature = inspect.signature(declared)
+        self.answer = answer
+        self.__doc__ = declared.__doc__
+
+    @overload
+    def __get__(self, client: None, owner: type[Any]) -> _Sent[P, R]: ...
+
+    @overload
+    def __get__(
+        self, client: HttpRecoveryClient, owner: type[Any]
+    ) -> Callable[P, R]: ...
+
+    def __get__(
+        self, client: HttpRecoveryClient | None, owner: type[Any]
+    ) -> _Sent[P, R] | Callable[P, R]:
+        if client is None:
+            return self
+        sender = client
+
+        def sent(*args: P.args, **kwargs: P.kwargs) -> R:
+            given = self.signature.bind(sender, *args, **kwargs)
+            given.apply_defaults()
+            return sender._send(self.command, given.arguments, self.answer)  # type: ignore[type-var]
+
+        sent.__name__ = sent.__qualname__ = self.command
+        sent.__doc__ = self.__doc__
+        return sent
 
 
 class HttpRecoveryClient:
@@ -328,100 +372,27 @@ class HttpRecoveryClient:
         }
         return self._command(path, body, answer, if_version=given.get("if_version"))
 
-    def start_run(
-        self,
-        run_id: str,
-        dag: Mapping[str, Any],
-        *,
-        stop_scope: StopScopeValue = "run",
-    ) -> RunState:
-        return self._send("start_run", locals(), RunState)
-
-    def start_task(
-        self,
-        task_id: str,
-        *,
-        run_id: str | None = None,
-        agent: str | None = None,
-        last_commit: str | None = None,
-        links: dict[str, str] | None = None,
-    ) -> TaskSummary:
-        return self._send("start_task", locals(), TaskSummary)
-
-    def begin_attempt(self, task_id: str, strategy: str) -> AttemptDecision:
-        return self._send("begin_attempt", locals(), AttemptDecision)
-
-    def record_gate(
-        self,
-        task_id: str,
-        exit_code: int | None,
-        *,
-        gate: str | None = None,
-        strategy: str | None = None,
-        error: str | None = None,
-        output: str | None = None,
-    ) -> GateDecision:
-        return self._send("record_gate", locals(), GateDecision)
-
-    def report_entropy(self, task_id: str, score: float) -> EntropyDecision:
-        return self._send("report_entropy", locals(), EntropyDecision)
-
-    def log_lesson(
-        self, task_id: str, failed_strategy: str, rca_summary: str
-    ) -> Lesson:
-        return self._send("log_lesson", locals(), Lesson)
-
-    def resume(
-        self, task_id: str, *, actor: str, reason: str, if_version: int | None = None
-    ) -> ActionResult:
-        return self._send("resume", locals(), ActionResult)
-
-    def rewind(
-        self,
-        task_id: str,
-        *,
-        actor: str,
-        reason: str,
-        to_commit: str | None = None,
-        if_version: int | None = None,
-    ) -> ActionResult:
-        return self._send("rewind", locals(), ActionResult)
-
-    def skip(
-        self, task_id: str, *, actor: str, reason: str, if_version: int | None = None
-    ) -> ActionResult:
-        return self._send("skip", locals(), ActionResult)
-
-    def claim(
-        self, task_id: str, *, actor: str, if_version: int | None = None
-    ) -> ActionResult:
-        return self._send("claim", locals(), ActionResult)
+    # One line a command: its parameters are the service interface's
+    # (RecoveryApi, checked by mypy through _Sent), its body the command's
+    # model's fields (_send).
+    start_run = _Sent(RecoveryApi.start_run, RunState)
+    start_task = _Sent(RecoveryApi.start_task, TaskSummary)
+    begin_attempt = _Sent(RecoveryApi.begin_attempt, AttemptDecision)
+    record_gate = _Sent(RecoveryApi.record_gate, GateDecision)
+    report_entropy = _Sent(RecoveryApi.report_entropy, EntropyDecision)
+    log_lesson = _Sent(RecoveryApi.log_lesson, Lesson)
+    resume = _Sent(RecoveryApi.resume, ActionResult)
+    rewind = _Sent(RecoveryApi.rewind, ActionResult)
+    skip = _Sent(RecoveryApi.skip, ActionResult)
+    claim = _Sent(RecoveryApi.claim, ActionResult)
+    release = _Sent(RecoveryApi.release, ActionResult)
+    take_over = _Sent(RecoveryApi.take_over, ActionResult)
+    resolve_handoff = _Sent(RecoveryApi.resolve_handoff, ActionResult)
 
     def claim_handoff(
         self, task_id: str, *, actor: str, if_version: int | None = None
     ) -> ActionResult:
         return self.claim(task_id, actor=actor, if_version=if_version)
-
-    def release(
-        self, task_id: str, *, actor: str, if_version: int | None = None
-    ) -> ActionResult:
-        return self._send("release", locals(), ActionResult)
-
-    def take_over(
-        self, task_id: str, *, actor: str, reason: str, if_version: int | None = None
-    ) -> ActionResult:
-        return self._send("take_over", locals(), ActionResult)
-
-    def resolve_handoff(
-        self,
-        task_id: str,
-        *,
-        actor: str,
-        resolution: ResolutionValue,
-        reason: str,
-        if_version: int | None = None,
-    ) -> ActionResult:
-        return self._send("resolve_handoff", locals(), ActionResult)
 
     # ------------------------------------------------------------- queries
 
