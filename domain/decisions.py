@@ -308,6 +308,7 @@ def run_state_of(run: Run) -> RunState:
         paused_by=tuple(run.paused_by),
         updated_at=run.modified_on,
         stop_scope=run.stop_scope,
+        started_at=run.created_on,
     )
 
 

@@ -113,6 +113,8 @@ class RunState(Immutable):
     updated_at: datetime
     stop_scope: StopScope = StopScope.RUN
     """What a task's stop holds up: the whole run, or its descendants only."""
+    started_at: datetime | None = None
+    """When the run started (none from a server that did not say)."""
 
 
 HandoffEnd = Literal[ResolutionValue, "open"]

@@ -265,7 +265,11 @@ class RunsTables(RunsView, SQLTables):
         kept = self._dags()
         dag = kept.get(run_id)
         queries = [
-            ("SELECT status, updated_at, stop_scope FROM runs WHERE id = ?", (run_id,)),
+            (
+                "SELECT status, updated_at, stop_scope, started_at FROM runs "
+                "WHERE id = ?",
+                (run_id,),
+            ),
             (
                 "SELECT node_id, progress, started_seq, settled_seq, paused_seq "
                 "FROM run_nodes WHERE run_id = ? ORDER BY position",
@@ -308,7 +312,7 @@ class RunsTables(RunsView, SQLTables):
         started.sort()
         settled.sort()
         paused.sort()
-        status, updated_at, stop_scope = runs[0]
+        status, updated_at, stop_scope, started_at = runs[0]
         return RunState(
             run_id=run_id,
             status=status,
@@ -321,6 +325,7 @@ class RunsTables(RunsView, SQLTables):
             paused_by=tuple(node for _, node in paused),
             updated_at=updated_at,
             stop_scope=stop_scope,
+            started_at=started_at,
         )
 
 

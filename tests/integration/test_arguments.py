@@ -121,9 +121,8 @@ def test_what_an_edge_takes_apart_is_refused_as_the_command_refuses_it() -> None
 def test_an_unchecked_command_does_not_validate_again() -> None:
     """``unchecked`` runs the command as an edge that validated every
     argument calls it: a value its model would refuse is not looked at."""
-    from devs.domain.application import unchecked
-
     from devs.adapters.config import Settings, open_service
+    from devs.domain.application import unchecked
 
     with open_service(Settings(db=":memory:")) as service:
         service.start_task("t1")

@@ -338,3 +338,14 @@ def test_a_run_s_state_is_read_whole_after_its_dag_is_kept(
     assert later.ready == ("b",)
     runs.forget()
     assert service.run_state("r1") == later
+
+
+def test_a_run_s_state_says_when_it_started(service: RecoveryService) -> None:
+    """The answer of ``start_run`` and every later query say when the run
+    began; its last change moves on, its start does not."""
+    started = service.start_run("r1", {"a": []})
+    assert started.started_at is not None
+    service.start_task("a", run_id="r1")
+    later = service.run_state("r1")
+    assert later.started_at == started.started_at
+    assert later.updated_at >= started.started_at
