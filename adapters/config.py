@@ -1,32 +1,13 @@
 """Where the service's configuration lives: its settings, the choice of
 backend, and the assembly of a :class:`~devs.domain.RecoveryService`.
 
-Every entry point opens its service here: the ``devs`` command line, each
-worker and the projector of ``devs serve``, the HTTP app, ``devs.testing``,
-the examples, the benchmarks and the tests. The domain names no database, no
-URL and no file; this module does.
-
-- :class:`Settings` (pydantic-settings) reads ``DEVS_DB``,
-  ``DEVS_DATABASE_URL``, ``DEVS_READ_WAIT``, ``DEVS_PROJECTIONS``,
-  ``DEVS_API_TOKEN``, ``DEVS_WORKER_NICENESS``, ``DEVS_STORE_TIMEOUT``,
-  ``DEVS_ACCESS_LOG`` and the HTTP service's bounds (``DEVS_ALLOWED_HOSTS``,
-  ``DEVS_MAX_BODY_BYTES``, ``DEVS_MAX_HEADER_BYTES``, ``DEVS_HEADER_TIMEOUT``,
-  ``DEVS_BODY_TIMEOUT``, ``DEVS_MAX_CONNECTIONS``) from the environment (or
-  from a mapping, :meth:`Settings.from_environ`), each validated once: a bad
-  value is ``InvalidInput`` naming the variable, never its secret.
-- :func:`open_service` opens a service from settings (default: the
-  environment's), optionally on another backend or with eventsourcing
-  settings of its own.
-- :func:`assemble` turns a service's env into eventsourcing's: which
-  persistence module, which SQLite file or PostgreSQL database, which read
-  models, the mapper and transcoder. ``RecoveryService()`` constructed
-  directly reaches it through the ``devs.assembly`` entry point (see
-  docs/architecture.md), so both ways open the same service.
-
-The backends: a SQLite file (``DEVS_DB``, default ``./devs_state.sqlite``),
-a SQLite database in this process's memory (``DEVS_DB=:memory:``, or
-:func:`memory_env` to share one between services), or PostgreSQL
-(``DEVS_DATABASE_URL``, a libpq URL).
+Every entry point opens its service here (the CLI, ``devs serve``, the HTTP
+app, ``devs.testing``, examples, benchmarks, tests), because the domain names
+no database, URL or file: :class:`Settings` reads and validates the
+environment once, :func:`open_service` opens a service, and :func:`assemble`
+turns its env into eventsourcing's (also reached by ``RecoveryService()``
+through the ``devs.assembly`` entry point). docs/configuration.md lists the
+settings and backends; docs/architecture.md, the assembly.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """One gate run for every surface that runs or reports a gate command.
 
-``devs gate run``, MCP's ``run_gate`` and the agents' hooks each meet a gate
-command. :func:`command_line` says it once, so a secret in it is hidden alike
-wherever it came from and one command reads the same in every history: an
-argv as a shell reads it, on one line, redacted whole before it is cut.
-:class:`GateCall` is a gate the referee runs itself, in three steps: check
-that the task takes a gate and that the record would take its name (before
-anything runs), run the command in the sandbox within :class:`GateSettings`,
-record how it ended. :func:`run_and_record` takes the three in a row (the
-CLI); MCP takes the same steps, the check and the record on its writer and
-the command in a thread of its own. The hooks run nothing: the agent did, and
-they record it under :func:`command_line`.
+``devs gate run``, MCP's ``run_gate`` and the agents' hooks all meet a gate
+command: :func:`command_line` says it once, so a secret in it is hidden alike
+and one command reads the same in every history. :class:`GateCall` is a gate
+the referee runs itself: check, run in the sandbox, record
+(:func:`run_and_record` for the CLI; MCP runs the command in a thread of its
+own). The hooks run nothing: they record what the agent ran.
 """
 
 from __future__ import annotations

@@ -1,43 +1,12 @@
 """devs-recovery inside a LangGraph graph (``pip install 'devs-recovery[langgraph]'``).
 
-A :class:`Referee` gives a graph author three nodes and one router
-(docs/langgraph.md):
-
-- ``referee.before_turn``: ``begin_attempt`` with the state's ``strategy``;
-  the blacklist directive goes into the state (``directive``) for the prompt.
-  A blacklisted strategy never reaches the model: the node suspends the graph.
-- ``referee.after_turn``: the turn's entropy score (``entropy_of(state)``, a
-  function the author passes) goes to ``report_entropy``; a triggered gate
-  suspends the graph.
-- ``referee.gate``: runs the test command in the sandboxed gate runner
-  (``devs.adapters.sandbox``), records the gate and routes: ``advance`` (it
-  passed and the run has a next node), ``retry``, or ``end`` (the task is
-  complete, skipped or handed off); an escalation, a pause or a hand-off
-  suspends the graph first.
-- ``referee.route``: the conditional edge after any of them: ``proceed``,
-  ``retry``, ``advance`` or ``end`` (the state's ``devs["route"]``).
-
-Suspending is LangGraph's own ``interrupt()`` with a JSON payload
-(:func:`suspension_payload`). ``graph.invoke(Command(resume={...}), config)``
-resumes: the value is a :class:`HumanDecision` (``action``: ``resume``,
-``rewind``, ``skip``, ``claim`` or ``resolve``; ``actor``; ``reason``), which
-the node records in devs-recovery before the graph goes on. A refused answer
-suspends the graph again, the payload's ``error`` saying why; a suspension
-answered outside the graph (``devs resolve``…) ends at the next run of the
-node, routed by the answer the log holds.
-
-LangGraph runs an interrupted node again from its start on resume, and a
-graph resumed after its process died runs again the step whose checkpoint
-was not written. Every command a node sends is therefore sent under an
-idempotency key made of the LangGraph thread, the node's task id (the same
-on every run of one step) and the command's place in the node: a command
-sent again writes nothing and answers as the first time. The test command
-runs in a LangGraph ``@task``, whose result LangGraph keeps with the
-checkpoint, so resuming a gate does not run the tests again.
-
-The referee talks to an in-process ``RecoveryService`` or to ``devs serve``
-over HTTP (:class:`~devs.adapters.client.HttpRecoveryClient`): the one
-constructor argument ``service`` decides (a base URL is enough).
+A :class:`Referee` gives a graph author nodes (``before_turn``, ``after_turn``,
+``gate``) and a router (``route``) that suspend the graph with LangGraph's own
+``interrupt()`` and resume on a :class:`HumanDecision` (docs/langgraph.md).
+LangGraph runs an interrupted node again from its start, so every command a
+node sends carries an idempotency key made of the thread, the node's task id
+and the command's place in the node, and the test command runs in a ``@task``
+whose result is checkpointed. ``service`` is a ``RecoveryService`` or a URL.
 """
 
 from __future__ import annotations

@@ -1,41 +1,12 @@
 """The sandboxed gate runner: run a real command and judge it by its exit code.
 
-A gate command is code the agent wrote, so it runs isolated. Where bubblewrap
-(``bwrap``) can build a sandbox, the command runs inside one: no network unless
-asked for, the file system read-only except the working directory and a private
-``/tmp``, the home directory (and ``/run``, where the host's sockets live)
-replaced by empty ones unless a path is exposed by name, ``/var/tmp`` empty and
-read-only, a private ``/proc``, ``/dev`` and process tree, no capabilities.
-The working directory is opened once and that folder is what the command
-gets (``--bind-fd``), whatever is renamed meanwhile. Where it cannot, the runner falls
-back to the isolation below alone and says why (``GateRun.fallback``), or, when
-isolation is required, refuses to run (:class:`IsolationUnavailable`).
-
-In both cases the command runs in its own process group (a new session) and
-working directory, with a wall-clock timeout after which the whole group is
-killed; optionally with CPU-seconds and memory limits (``setrlimit``). Its
-environment is scrubbed of secret-looking variables unless they are passed
-through by name. Its stdout and stderr are merged and captured up to a size cap
-(the end is kept), decoded (undecodable bytes and NULs become U+FFFD), then
-redacted and hashed (SHA-256) before anything else sees them. Their length is
-not checked here: the task cuts a gate's error and output to their limits when
-it records them (:func:`devs.domain.values.cut`).
-
-A process that had to be killed (timeout, or a signal such as the CPU limit's
-``SIGXCPU``) has no exit code: the gate sees ``None`` -> ``PROCESS_KILLED``.
-
-The referee's store is out of a gate's reach (``store=``): its folder is an
-empty read-only directory in the sandbox when it lies inside the working
-directory or apart from it, each folder between the working directory and it
-a mount point (a mount point cannot be renamed), and its files are hidden when
-the folder holds the working directory. A gate never runs in the store's
-folder itself unless asked (``in_store_folder``); then that folder is
-read-only. A store named through a symlink or ``..`` the gate could replace
-is refused; a PostgreSQL store's socket directories are empty. Bounds
-(:class:`GateSettings`): each private directory (``/tmp``, ``/run``,
-``/dev/shm``, the home directory) is a tmpfs of bounded size, and the
-processes a gate may run at once are bounded by a ``pids`` cgroup where one
-can be made, else by ``RLIMIT_NPROC`` (which Linux ignores for root).
+A gate command is code the agent wrote, so it runs isolated: in its own process
+group with a timeout, limits and a scrubbed environment, inside bubblewrap where
+it can build a sandbox; where it cannot, it says why (``GateRun.fallback``) or
+refuses if isolation is required (:class:`IsolationUnavailable`). Its output is
+captured up to a cap, decoded, redacted and hashed before anything else sees
+it, and the referee's store stays out of its reach. What a gate sees and the
+bounds (:class:`GateSettings`): docs/security.md, docs/cli.md.
 """
 
 from __future__ import annotations

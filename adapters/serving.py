@@ -1,63 +1,13 @@
 """How ``devs serve`` listens: each worker process its own listening socket.
 
-uvicorn's ``--workers`` shares one socket among its worker processes. Two
-things follow on Linux, both measured by bench/http_bench.py: that socket is
-created with protocol 0, so asyncio does not set ``TCP_NODELAY`` on the
-connections it accepts and every request after the first on a keep-alive
-connection waits about 40 ms for Nagle's algorithm (uvicorn issue #3149); and
-a burst of new connections is accepted by whichever worker wakes first, so a
-few long-lived clients may all land on one worker while the other idles.
-
-Here every worker binds its own TCP socket (protocol ``IPPROTO_TCP``: asyncio
-sets ``TCP_NODELAY``) to the same address with ``SO_REUSEPORT``, and the
-kernel spreads new connections over the workers. A small supervisor starts
-the workers, starts again one that dies, and stops them all on SIGTERM or
-Ctrl-C.
-
-On PostgreSQL the supervisor also runs the read models' projection runner,
-in a process of its own (what ``devs project`` runs), and the workers run
-none (``DEVS_PROJECTIONS=external``): a runner thread inside a worker shares
-that worker's one Python thread at a time with the commands, and under load
-it fell seconds behind the log (bench/http_bench.py). With
-``DEVS_PROJECTIONS=external`` set for ``devs serve`` itself, it runs none
-either: ``devs project`` workers run elsewhere.
-
-Beside a projector, the workers run ``DEVS_WORKER_NICENESS`` (default 5)
-nicer than it. On a machine whose cores the workers keep busy, the one
-process that folds every worker's events gets the CPU first, so the read
-models stay within about 100 ms of the log instead of seconds behind it, for
-about an eighth fewer decisions a second (docs/performance.md).
-
-Each worker and the projector dies with the supervisor, ``kill -9`` of it
-included: the kernel sends it SIGTERM when its parent dies (Linux's
-``PR_SET_PDEATHSIG``), and a thread watching the parent does the same where
-that is not available; either way, a process still running
-:data:`STOP_GRACE` seconds later exits. Killing the PID a process manager
-knows stops the service.
-
-With an endpoint to notify (webhooks, Slack, e-mail), the supervisor also
-runs a notifier process (:func:`run_notifier`, even beside one worker): the
-outbox's sender and the deadline sweeper, at nice :data:`NOTIFIER_NICENESS`,
-so that deliveries take the CPU the commands leave; the workers then run
-neither. Without one, each worker sweeps the deadlines in a thread.
-
-At start each worker prints one line to stderr (its PID, its address, the
-store, the version), the projector too; with ``DEVS_ACCESS_LOG`` on, each
-request is logged to stdout, in the Common Log Format, its secrets redacted.
-
-Before the app sees a request, each worker's protocol (:class:`Guarded`,
-uvicorn's httptools protocol) bounds what a client may hold without a token:
-the request line and headers (``DEVS_MAX_HEADER_BYTES``: larger is a 431,
-and httptools, which has no bound of its own, buffers no more), the time to
-send them (``DEVS_HEADER_TIMEOUT``: a connection idle or trickling its
-headers that long is closed, a 408 if it sent anything), the time to send a
-body (``DEVS_BODY_TIMEOUT``, a second more per :data:`BODY_RATE` bytes
-received: then a 408, on every route, before the token is checked or
-after), and the open connections (``DEVS_MAX_CONNECTIONS``: past it, the
-connection idle the longest is closed to make room, else the one whose body
-came last the longest ago, so ``/healthz`` is answered under a slowloris,
-of heads or of bodies). The app bounds the body's size and checks ``Host``
-(:class:`devs.adapters.http.front_door.FrontDoor`).
+uvicorn's ``--workers`` shares one socket, whose connections lose
+``TCP_NODELAY`` and pile up on one worker; here each worker binds its own
+``IPPROTO_TCP`` socket with ``SO_REUSEPORT`` under a small supervisor that
+restarts a worker that dies and takes them all with it when it stops or dies.
+It also runs PostgreSQL's projector (a thread in a worker fell behind) and the
+notifier (nicer: deliveries take the CPU commands leave) as processes apart.
+:class:`Guarded` bounds what a client may hold before its token is checked
+(docs/http.md#workers, docs/deploy.md, docs/configuration.md).
 """
 
 from __future__ import annotations

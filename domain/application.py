@@ -1,18 +1,10 @@
 """``RecoveryService``: the eventsourcing application that referees agent tasks.
 
-A thin service layer. A command validates its arguments (pydantic, see
-:mod:`devs.domain.values`), gets the task and its run, lets the task decide,
-lets the run react (:mod:`devs.domain.reactions`), saves both in one atomic
-``save``, and answers with a decision built from the aggregates. The decision
-log and the notifications are derived from the recorded events
-(:mod:`devs.domain.journal`). Queries read the read models, which the service
-is handed by topic from its ``env`` (``READ_MODELS_TOPIC``, which the assembly
-chooses: :func:`devs.adapters.config.assemble`)
-through the ports of :mod:`devs.domain.ports`.
-
-How a command gets, decides and saves on optimistically cached aggregates,
-safely across threads and processes, is :mod:`devs.domain.commands`; how its
-answer is built from the saved aggregates is :mod:`devs.domain.decisions`.
+A thin service layer: a command validates its arguments, lets the task decide
+and the run react, saves both in one ``save`` and answers from the aggregates
+(:mod:`devs.domain.commands`, :mod:`devs.domain.decisions`); queries read the
+read models handed in by topic (``READ_MODELS_TOPIC``) through the ports of
+:mod:`devs.domain.ports`, so the domain names no database.
 """
 
 from __future__ import annotations

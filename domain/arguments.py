@@ -1,19 +1,12 @@
 """Each command's arguments, declared once: one pydantic model per command,
-built from the argument types of :mod:`devs.domain.values` (their limits, and
-their rules as JSON Schema patterns) with a one-line description per field.
+built from the argument types of :mod:`devs.domain.values` with a one-line
+description per field.
 
-The edges derive from these: the HTTP bodies (``/openapi.json``), the MCP
-tools' input schemas (strict, no unknown field), the HTTP client's payloads,
-the CLI's options that are arguments (their help, choices and ranges) and
-the LangGraph referee's human answers.
-A value refused by a model is an :class:`~devs.domain.errors.InvalidInput`
-worded by :func:`~devs.domain.values.refusal`, the same whichever edge it came
-through. ``strict``: JSON's types as they are (``"2"`` is not an exit code);
-``extra="forbid"``: a misspelled argument (``outptu``) is refused, never
-silently dropped.
-
-:data:`COMMANDS` lists them by the service's method name; a test checks that
-each model's fields are that method's parameters, with the same types.
+The edges derive from these (HTTP bodies and ``/openapi.json``, MCP input
+schemas, the HTTP client, the CLI's options, the LangGraph referee), so a value
+is refused in the same words whichever edge it came through: ``strict`` (no
+``"2"`` for an exit code), ``extra="forbid"`` (no silently dropped ``outptu``).
+:data:`COMMANDS` lists them; a test checks them against the service's methods.
 """
 
 from __future__ import annotations

@@ -2,18 +2,11 @@
 chain, exports and one task's audit trail.
 
 :class:`Audits` is composed into
-:class:`~devs.domain.application.RecoveryService` (its ``audits``), given the
-store it reads: the event store and the task index. It decides with
-:mod:`devs.domain.replay`, checks with :mod:`devs.domain.chain`, and writes
-nothing.
-
-:class:`TaskHistory` is the one replay of a task's stored history that the
-service's queries share (``history``, ``audit``, what-if and the replay
-check): a page of events from the task as it was before it, each with the
-state it left the task in. Only the store's own problems — an event that
-cannot be decoded, or that does not follow the one before it — are taken as
-such (:class:`~devs.domain.errors.UnreadableEvent`); anything else a fold
-raises is a bug, and is raised as it is.
+:class:`~devs.domain.application.RecoveryService` (its ``audits``) with the
+store it reads, and writes nothing. :class:`TaskHistory` is the one replay of
+a task's stored history its queries share; only the store's own problems are
+:class:`~devs.domain.errors.UnreadableEvent`, anything else a fold raises is
+a bug and raised as it is.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The tamper-evident log: each task's events form a SHA-256 hash chain.
 
-Every task event carries ``chain_prev``: for the first (``Started``) the task's
-id (``task:<id>``), for each later one the SHA-256 of its predecessor's
-*canonical form* — the event's JSON body (as stored) with its ``topic`` added
-(the one its class is registered under: :func:`canonical_topic`),
-``null`` fields left out at every depth, keys sorted, no whitespace (orjson).
-Leaving nulls out lets a later release add an optional field to an event
-without changing the hash of the events already written.
-
-Editing, deleting or reordering an event breaks the link after it; the check
-names the task and the version. Tasks written before the chain existed have no
-links: they are *unchained*, not broken. The last event of a task has no link
-after it in the log: ``verify`` compares it with the head kept in the task index,
-an export records every head beside the events (:class:`ChainChecker`).
-
-Pure code: bodies in, findings out. The same checker serves the store
+Every task event carries ``chain_prev``, the hash of its predecessor's
+canonical form, which leaves ``null`` fields out so that a later release may
+add an optional field without changing old hashes. Pure code, bodies in,
+findings out: the same :class:`ChainChecker` serves the store
 (``RecoveryService.verify``) and an exported file (``devs verify-export``).
+The canonical form and the findings: docs/audit.md.
 """
 
 from __future__ import annotations

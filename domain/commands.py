@@ -1,19 +1,11 @@
 """How a command gets, decides and saves: the optimistic cache and its guards.
 
-:class:`TaskCommands` is the base of ``RecoveryService``. A command loads the
-task (and its run) from eventsourcing's repository cache *without* asking the
-store for newer events (``AGGREGATE_CACHE_FASTFORWARD=n``) and without copying
-it (``DEEPCOPY_FROM_AGGREGATE_CACHE=n``), lets the task decide, lets the run
-react (:mod:`devs.domain.reactions`) and saves both in one transaction. Three
-guards keep that safe:
-
-- the store's unique ``(originator_id, originator_version)`` key refuses events
-  decided on a cache another process made stale: the command drops its cached
-  aggregates and decides again on fresh ones, after a random, growing wait;
-- a command that would refuse, or answer without writing, first checks that
-  the store holds nothing newer than the aggregates it decided on;
-- any failure drops the aggregates from the cache, so a command that fails
-  half-way leaves nothing half-done behind; threads take turns per aggregate.
+:class:`TaskCommands` is the base of ``RecoveryService``. For speed a command
+decides on eventsourcing's cached aggregates without asking the store for
+newer events or copying them, and saves task and run in one transaction; the
+store's unique version key, a freshness check before a refusal, and dropping
+the cache on any failure keep that safe across threads and processes
+(docs/architecture.md).
 """
 
 from __future__ import annotations

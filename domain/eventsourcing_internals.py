@@ -1,25 +1,13 @@
 """The private parts of eventsourcing 9.5 that the domain and the read models
 rely on, whatever the store.
 
-eventsourcing's public API does what the service needs, but not always at the
-speed a decision needs, nor inside a transaction the caller already holds. Where
-the service goes below it, it goes through here, or, for what one store's
-classes need, through ``devs.adapters.store.internals``, and nowhere else:
-
-- each use of a private name (a method, an attribute, a field the library keeps
-  to itself) is one small function below, called from where it was;
-- each override of a private method stays in its class (it cannot be a
-  function), and is declared in :data:`OVERRIDES`: the library's class, the
-  method, its parameters, and our classes that override it.
-
-``tests/integration/test_eventsourcing_internals.py`` pins the behaviour each
-entry relies on, so that an upgrade of eventsourcing that changes one fails
-there, naming it; it also fails when a module outside these two touches a
-private name of eventsourcing that is not declared in one of them.
-
-No store is named: a tracking recorder is any that keeps its position in the
-caller's transaction (:class:`TrackingTables`), and every object is passed in
-and used by its attributes.
+Where the service goes below eventsourcing's public API (for speed, or inside a
+transaction it already holds), it goes through here (or, for what names a
+database, ``devs.adapters.store.internals``): each private name used is one
+small function, each override of a private method is declared in
+:data:`OVERRIDES`, and ``tests/integration/test_eventsourcing_internals.py``
+pins them so an upgrade that changes one fails there, naming it. No store is
+named: every object is passed in and used by its attributes.
 """
 
 from __future__ import annotations

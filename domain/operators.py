@@ -1,18 +1,11 @@
 """Operators: the people who answer for people.
 
-An operator is a person named in the log: ``add`` records who added whom and
-when, ``rotate`` gives a new token (the old one stops working), ``remove``
-takes the operator away. The roster is one aggregate (``operators``), read
-from the store as it is now for every check, never from a cache, so a token
-rotated or removed by another process stops working at its next request.
-
-A token is shown once, when it is made, and stored only as its SHA-256: a
-token is 256 random bits, so a fast hash is as good as a slow one, and a check
-compares it with every operator's in constant time (``hmac.compare_digest``).
-An operator's token is what lets the HTTP service record a human action under
-that operator's name (docs/security.md); the console's session cookie is
-signed with a key derived from the server's secret and the same hash, so a
-rotation or a removal ends the operator's sessions too.
+The roster is one aggregate (``operators``: ``add``, ``rotate``, ``remove``),
+read from the store for every check, never from a cache, so a token rotated or
+removed by another process stops working at its next request. A token is 256
+random bits, shown once and stored as its SHA-256 (a fast hash is enough),
+compared in constant time; the console's session key derives from that hash,
+so a rotation ends the sessions too (docs/security.md).
 """
 
 from __future__ import annotations

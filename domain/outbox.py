@@ -1,17 +1,11 @@
 """What the outbox sends, derived from recorded events.
 
-Each event a person (or a receiving service) should hear of becomes one
-:class:`OutboxMessage`: a ``type`` (:class:`~devs.domain.names.MessageType`,
-as the vocabulary names it for the event, :mod:`devs.domain.vocabulary`),
-the event's time, and ``data`` — the task, the reason, the state after the
-event, the failure count, the session, who answered. Its ``id`` is derived
-from the event alone (the SHA-256 of its aggregate and version), so every
-reading of the log, every rebuild, every server of one database gives the
-same id: the receiver's idempotency key.
-
-Pure code, like :mod:`devs.domain.journal`: an event in, a message (or
-nothing) out. Texts in events were redacted before they were recorded, so no
-message carries a secret; none carries a token.
+Pure code, like :mod:`devs.domain.journal`: an event in, an
+:class:`OutboxMessage` (or nothing) out, its ``type`` named by
+:mod:`devs.domain.vocabulary`. Its ``id`` is derived from the event alone, so
+every reading of the log, every rebuild and every server gives the same id:
+the receiver's idempotency key. Texts were redacted before they were recorded,
+so no message carries a secret (docs/read-models.md).
 """
 
 from __future__ import annotations

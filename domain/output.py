@@ -1,23 +1,11 @@
 """What people read of an agent's output: one module decides it for every
 surface (the console, Slack, e-mail, webhooks, the CLI, the hooks' stop
-reasons).
+reasons), so they all agree.
 
-- :func:`clean` is applied when output is stored: terminal control
-  sequences (ANSI colours, cursor moves, OSC titles and links) are removed
-  and the text kept; other control characters are dropped, ``\\r\\n`` and a
-  lone ``\\r`` (a progress bar redrawing its line) become ``\\n``.
-- :func:`keep` bounds a stored text by keeping its head **and** its tail,
-  with a marker that says how much was cut between them: an error's opening
-  line and a test run's summary both survive.
-- :func:`error_line` is the one rule for "the last error": the runner's
-  error line (pytest's ``E`` line; else the first ``FAILED``/``ERROR`` line,
-  or a line that opens with an error's name, ``panic:`` or ``npm ERR!``),
-  else the last non-empty line.
-- :func:`shown` neutralises bidirectional controls (a right-to-left override
-  makes "txet desrever" display as "reversed text") by writing each as a
-  visible ``<U+202E>``; applied on display, by every surface.
-
-Every function here is linear in its input.
+:func:`clean` strips terminal control sequences when output is stored,
+:func:`keep` bounds it by keeping its head and its tail, :func:`error_line`
+picks "the last error", and :func:`shown` makes bidirectional controls
+visible on display. Every function here is linear in its input.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The thresholds that decide the failure ladder, with environment overrides.
 
-:class:`Thresholds` declares every threshold once, with its default, range and
-description. Two models share those fields:
-
-- :class:`Policy`, the frozen value recorded in each task's ``Started`` event, so
-  a replay decides as the original did (plain pydantic: cheap to validate on
-  every load);
-- :class:`PolicySettings`, a pydantic-settings ``BaseSettings`` that reads the
-  overrides ``DEVS_ESCALATION_THRESHOLD``, ... from the environment or from a
-  given mapping.
-
-An invalid override (out of range, not a number, NaN, empty) is not fatal: it
-logs one warning on the ``devs.policy`` logger naming the variable, its value
-and the problem, and that one setting keeps its default. Surrounding whitespace
-in a value is ignored; an empty value of a setting unset by default
-(``DEVS_HUMAN_DEADLINE``) leaves it unset. Other ``DEVS_*`` variables are not
-the policy's business.
+:class:`Thresholds` declares every threshold once (default, range,
+description); :class:`Policy` is the frozen value recorded in each task's
+``Started`` event, so a replay decides as the original did, and
+:class:`PolicySettings` reads the ``DEVS_*`` overrides. A bad override is not
+fatal: one warning on the ``devs.policy`` logger, and that setting keeps its
+default (docs/configuration.md).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Receipts: what makes a command exactly-once.
 
-A caller that may send a command twice (a retry after a timeout, a second
-worker taking the same request) names it with an idempotency key
-(``RecoveryService.exactly_once``). The command's events are saved together
-with a :class:`Receipt`, in the same atomic ``save``: its id is the key's
-SHA-256, and it holds the SHA-256 of the request and the answer the command
-gave. The store's unique ``(originator_id, originator_version)`` key makes a
-second receipt for one key impossible, so of two concurrent sends only one
-writes; the other, and every later send, finds the receipt and answers as
-the first did. A command that was refused wrote nothing, not even its receipt:
-sent again, it is decided again.
-
-The key itself is never stored: a key that happens to hold a secret stays out
-of the log.
+A command sent under an idempotency key (``RecoveryService.exactly_once``)
+saves a :class:`Receipt` with its events in one atomic ``save``: its id is the
+key's SHA-256, so the store's unique version key lets only one of two
+concurrent sends write, and every later send answers as the first did. A
+refused command writes no receipt; the key itself is never stored, in case it
+holds a secret (docs/http.md, docs/python-api.md).
 """
 
 from __future__ import annotations

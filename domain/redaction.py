@@ -1,60 +1,12 @@
 """Secrets out, before anything is stored: redaction, excerpts and error hashes.
 
-Every text an orchestrator reports (strategies, error messages, command output,
-gate names, agents, actors, reasons) passes through :func:`redact` before it
-reaches an event, a payload, a log line or the terminal. The error hash is the
-SHA-256 of the *redacted* output, so it is stable across runs whose tokens
-differ and reveals nothing about a secret.
-
-Linear time, by construction
-----------------------------
-An agent's output is hostile input, and Python's ``re`` backtracks: a pattern
-such as ``\\beyJ[\\w-]{8,}\\.`` tried at every ``eyJ`` of ``"eyJ" * n`` scans the
-rest of the run each time, which is quadratic. Each rule below is one pattern
-that obeys three rules, so the work at each position is bounded by a constant
-or consumed by the match:
-
-1. it opens with a literal (a token prefix such as ``ghp_``, a keyword such as
-   ``password``, a header name, ``://``), so ``re`` finds candidates with its
-   fast literal search instead of trying the pattern at every position;
-2. a repetition that can be followed by a failing step is bounded
-   (``{0,40}``): the work of a failed try is bounded too;
-3. an unbounded repetition is possessive (``++``, ``*+``: it never gives back)
-   and either ends the pattern (it cannot fail there, so what it scanned is
-   consumed by the match) or starts only where its run starts (a look-behind
-   refuses a start inside a run of the same characters, so each run is
-   scanned at most twice).
-
-Case-insensitive rules run on a lower-cased copy of the text (``(?i)`` would
-switch off the literal search); the matches of every rule are merged and each
-merged span becomes :data:`REDACTED`. What says *which* secret it was (a header
-name, ``password=``, the user and host of a URL) is kept. Private key blocks
-(PEM, OpenSSH, PGP) are removed to their END line, or to the end of the text
-when it is missing (a truncated block is still key material).
-
-A value is no secret when it is empty, punctuation only or the next key of a
-list (``password=, pass=)``, ``token: ...``, ``password: token=x``, whose own
-rule takes ``x``): so a sentence that names keys, such as a refusal naming a
-rule's kind, reads back as it was written. ``PWD`` and ``OLDPWD`` set to a path
-(or a ``$variable``) are working directories, not passwords (``DB_PWD=`` and
-``MYSQL_PWD=`` are, whatever their value). Command lines are read as their
-tools read them: ``-p`` holds a password glued to it for mysql and mariadb only
-(``-P3306`` is a port), and glued or after a blank for sshpass and a registry
-or cloud ``login`` (``docker login``, ``az login``), never elsewhere (``ssh -p
-22``, ``pytest -p no:cacheprovider``); ``-u user:password``, ``--user
-user:password`` and ``--proxy-user`` are read after curl only (``docker run -u
-root:root``, ``sort -u input:1``, ``python -u app.py:12:`` are kept); a
-single-dash flag (``-password x``, ``-storepass x``, ``-token x``) takes its
-value after a blank. The words read between a command and its ``-p`` (or
-curl's ``-u``) are bounded (at most 12: rule 2). Signed URLs lose their
-signature (``sig=``, ``signature=``, ``X-Amz-Signature=``) when the value looks
-like one: 16 characters or more of base64, hex or percent-encoding (not
-``sig=None``, ``sig=0``, ``sig=='x'``).
-
-docs/security.md lists every kind of secret recognised, with an example of
-each; tests/unit/test_redaction.py and tests/integration/test_secrets_corpus.py
-hold the corpus, and ``bench/bench.py`` measures MB/s on ordinary and hostile
-text.
+Every text an orchestrator reports passes through :func:`redact` before it
+reaches an event, a payload, a log line or the terminal; the error hash is the
+SHA-256 of the *redacted* output, stable across runs whose tokens differ. An
+agent's output is hostile input and ``re`` backtracks, so each rule opens with
+a literal, bounds what may fail and makes unbounded runs possessive: linear
+time by construction. docs/security.md lists the rules, the secrets recognised
+and what is kept; tests/unit/test_redaction.py holds the corpus.
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """Re-deciding recorded histories: the replay check and what-if replay.
 
-Pure code over a task's recorded events. A history is a sequence of *inputs*
-— what the orchestrator and the humans reported (an attempt, a gate result, an
-entropy score, a lesson, a human action) — each followed by the *decisions*
-the referee took on it (an escalation, a pause, a hand-off). Re-deciding feeds
-each input, as recorded, to a fresh in-memory :class:`~devs.domain.task.Task`
-through its own commands (a failed gate is handed in as the very
-:class:`~devs.domain.task.FailureRecord` that was recorded) and reads the
-events it produces. Nothing is written.
-
-- :func:`replay_check`: under the policy recorded in the history, today's
-  code must take the decisions that were recorded. Each input whose decisions
-  differ is reported; the re-decided task is then set to the recorded state
-  so that one change is reported once, not at every later event.
-- :func:`what_if`: under another policy, where would the ladder have gone?
-  When the other policy stops the agent where the recorded one did not, a
-  human is assumed to have resumed it at once (counted, as ``assumed``);
-  recorded human answers to stops the other policy never made are dropped,
-  and so are recorded deadline expiries and reminders (a deadline runs only
-  while a task waits); an expiry recorded where the other policy's task
-  waits too hands it off there, as recorded; a hand-off the recorded history
-  did not have ends the task's replay there (the agent would have been taken
-  off it).
-
-Both are linear in the events read: one command per input, no search.
+Pure code over a task's recorded events: each recorded input (an attempt, a
+gate result, a human action...) is fed to a fresh in-memory
+:class:`~devs.domain.task.Task` through its own commands, and the decisions it
+takes are read back; nothing is written, and the work is linear in the events.
+:func:`replay_check` compares them with the recorded ones under the recorded
+policy; :func:`what_if` follows the ladder under another (docs/audit.md).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The ``Run`` aggregate: an orchestration run's DAG of tasks and its status.
 
-The DAG is fixed when the run starts: nodes are task ids, each with its
-prerequisites; cycles and unknown prerequisites are rejected, and so is a DAG
-over the limits below. A node is ready when all its prerequisites are completed
-or skipped and it has not been started.
-
-The run records its DAG once, compactly: the node ids in topological order
-(``nodes``) and each node's prerequisites as positions in that order
-(``prerequisites``). Its progress is positions too (``start_order``,
-``settle_order``, ``skipped``, ``pausing``), so a snapshot carries every node
-id once and costs a few bytes per edge and per settled node.
-
-Runs recorded before this shape (release 0.1.0: the ``Started`` event with a
-``dag`` of ids and its ``order``, snapshots with a ``graph``) are upcast when
-read, by ``mode="before"`` validators on the event and on the snapshot state.
+The DAG is fixed when the run starts (cycles, unknown prerequisites and a DAG
+over the limits are refused); a node is ready when its prerequisites are
+completed or skipped. The run records its DAG and its progress as positions in
+a topological order, so a snapshot names every node once and costs a few bytes
+per edge; runs recorded in release 0.1.0's shape are upcast when read
+(``mode="before"`` validators).
 """
 
 from __future__ import annotations

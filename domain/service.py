@@ -1,15 +1,10 @@
 """The service's interface, declared once: every command and query a caller
 has, whichever way it reaches the referee.
 
-``RecoveryService`` (in process) and ``devs.adapters.client.HttpRecoveryClient``
-(over ``devs serve``) both satisfy :class:`RecoveryApi`; mypy checks it
-(``_satisfied`` in ``devs.adapters.client``), so a method added to one and not
-the other, or given another signature, fails the type check. Code that works
-with either — the LangGraph referee, an orchestrator, the property-testing
-kit — types its service as ``RecoveryApi``.
-
-Arguments are the plain types a caller passes (``str``, ``int``…); each
-implementation validates them (``InvalidInput`` naming the argument) and
+``RecoveryService`` and ``devs.adapters.client.HttpRecoveryClient`` both
+satisfy :class:`RecoveryApi`, checked by mypy, so a method added to one and not
+the other fails the type check; code that works with either types its service
+as ``RecoveryApi``. Each implementation validates the plain arguments and
 raises only :class:`~devs.domain.errors.DevsError` subclasses.
 """
 

@@ -1,43 +1,11 @@
 """Stuck detection: a score in [0, 1] derived from a task's recent failures.
 
-Pure code, no I/O. The referee calls :func:`assess` after every failed gate and
-every blocked attempt with the task's failures since its last pass (the new one
-last); the result is recorded in that failure's event.
-
-The window is the new failure and up to ``WINDOW - 1`` before it since the
-last pass (``failure_history_cap + 1`` in all when the policy keeps fewer).
-Each failure is compared with the two before it (lag 1 and lag 2), so the
-work is linear in the window:
-
-- a strategy *revisits* when it is within the blacklist's Levenshtein distance
-  (:func:`devs.domain.blacklist.similar`) of the strategy one or two failures
-  back, or equals (after case folding and collapsing whitespace) any strategy
-  earlier in the window. A strategy that records the changes themselves
-  (:func:`recorded_changes`: ``edit PATH: NEW TEXT``, ``ran: COMMAND``, as
-  the coding agents' hooks and ``devs gate run`` write it) revisits only when
-  it is equal: two one-line fixes (``return a * b``, ``return b - a``) share
-  nearly all their text and are two different fixes;
-- an error *revisits* when its error hash (the SHA-256 of the redacted output,
-  or of the error message when there is no output: identical outputs have
-  identical hashes) was seen earlier in the window.
-
-A failure whose output reports fewer failing tests than the failure before it
-(``3 failed`` after ``5 failed``, ``failures=1`` after ``failures=2``: the
-last such count in the output) *made progress*: it revisits nothing, whatever
-its strategy and error.
-
-``S`` is the number of trailing failures whose strategy revisits, ``E`` the
-number whose error revisits (counted back from the newest, stopping at the
-first that does not). The score is::
-
-    score = min(1, (S + E) / EVIDENCE)          # EVIDENCE = 4
-
-so three identical failures in a row score 1.0 (S = 2, E = 2), A-B-A-B
-alternation of strategy and error scores 1.0 at the fourth failure, and the
-same error four times with ever new strategies (no progress) scores 0.75. A
-failure that brings a new strategy *and* a new error ends both runs: the
-score drops to 0. The signals say which pattern drove the score, in words a
-human reads ("strategies alternate A-B-A-B; same error hash 3 times").
+Pure code, no I/O: the referee calls :func:`assess` after every failed gate and
+blocked attempt, and records the result in that failure's event. Each failure
+is compared with the two before it, so the work is linear in the window;
+strategies and error hashes that revisit add evidence, progress (fewer failing
+tests) clears it, and the signals say in words which pattern drove the score.
+The rules and the formula: docs/audit.md ("Stuck detection").
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
 """Input validation for everything a caller hands the service.
 
-Each kind of argument is an ``Annotated`` type: pydantic's own constraints
-(``StringConstraints``, ``Field(ge=, le=, allow_inf_nan=, strict=)``) plus a small
-``AfterValidator`` where pydantic has no constraint (blank text, control
-characters, surrounding whitespace, duplicate prerequisites). :func:`validated`
-checks a function's arguments against these types with ``pydantic.validate_call``
-before the body runs, and turns pydantic's first error into
-:class:`~devs.domain.errors.InvalidInput` with a message that names the argument
-and says what was wrong, e.g. ``task_id must not be empty``.
-
-The words come from a :class:`Wording` in each type's metadata (pydantic ignores
-it): pydantic error type -> message. A parameter whose type carries no wording
-gets ``"<name> is invalid: <pydantic's message>"``.
-
-Strings are strict (``bytes`` and numbers are refused, not converted). A string
-with a lone surrogate (``"\\ud800"``) cannot be stored as UTF-8 and is refused:
-``"<name> must be valid Unicode text (no lone surrogates)"``.
-
-Enumerated values (``resolution``, ``state``) are ``Literal`` types
-(:data:`ResolutionName`, :data:`StateName`): exactly the listed strings, or the
-``StrEnum`` members equal to them; the refusal reads
-``"resolution must be one of return, complete, skip; got 'x'"``.
-
-Cycles and unknown prerequisites in a DAG are the run's business
-(:mod:`devs.domain.run`); :data:`Dag` checks only its shape.
-
-A gate's error and output (:data:`ErrorText`, :data:`OutputText`) are what an
-agent's command printed: hostile input, which must not lose the gate it
-reports. They are never refused for their length: the task redacts each whole,
-then :func:`cut` cuts it to :data:`ERROR_MAX` / :data:`OUTPUT_MAX`, saying so.
-Every other text over its limit is refused.
+Each kind of argument is an ``Annotated`` type: pydantic's own constraints plus
+a small ``AfterValidator`` where pydantic has none, and a :class:`Wording` that
+turns pydantic's error into a message naming the argument (``task_id must not
+be empty``); :func:`validated` checks a function's arguments with them. A gate's
+error and output are hostile input that must not lose the gate, so they are
+cut (:func:`cut`), never refused; every other text over its limit is refused.
+The limits and messages: docs/python-api.md, docs/configuration.md.
 """
 
 from __future__ import annotations

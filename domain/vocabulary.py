@@ -1,19 +1,12 @@
 """One vocabulary for what is recorded: for each recorded event class, its
-name in the decision log, the kind of notification it makes (if any), the
-outbox messages it may send (if any) and the headline a person reads of
-each.
+log name, notification kind, outbox messages and headline, so one event is
+not named four times in four modules.
 
-:mod:`devs.domain.journal` (log lines and notifications),
-:mod:`devs.domain.outbox` (messages) and the notify edge's text for people
-all read their names here, so one event is not named four times in four
-modules. These names are a public contract (docs/architecture.md's log
-events, docs/http.md's notification kinds, docs/notifications.md's message
-types): tests/unit/test_vocabulary.py pins them and checks the docs.
-
-A headline is a template: ``{task}`` (the task's id), ``{actor}`` (who
-acted), ``{why}`` (why the task stopped, in words), ``{previous}`` (whose
-claim was taken over) and ``{deadline}`` (how far the deadline is), each
-filled in, made safe to show, by the edge that tells people.
+:mod:`devs.domain.journal`, :mod:`devs.domain.outbox` and the notify edge read
+their names here. They are a public contract (docs/architecture.md,
+docs/http.md, docs/notifications.md): tests/unit/test_vocabulary.py pins them.
+A headline's ``{task}``, ``{actor}``, ``{why}``, ``{previous}`` and
+``{deadline}`` are filled in, made safe to show, by the edge that tells people.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The shape every read model has: a fold over events into a tracked view.
 
-Follows eventsourcing 9.5's ``examples/ftsprojection``: a projection's
-``process_event`` is a ``singledispatchmethod`` with one handler per event type
-and a default that only records the position; its view is a
-:class:`~eventsourcing.persistence.TrackingRecorder` whose rows and tracking
-position are written in one transaction, so a view can be dropped and rebuilt
-from position 0 to the same rows.
-
-Each view records its position under its own tracking name,
-``"<application>/<read model>.v<schema version>"`` (eventsourcing's SQLite
-tracking table keeps one row per name): the views of one application share a
-database file without sharing a position, and bumping a read model's schema
-version makes it rebuild from the log on the next open.
+Follows eventsourcing 9.5's ``examples/ftsprojection``: one handler per event
+type, and a view whose rows and tracking position are written in one
+transaction, so it can be dropped and rebuilt from position 0 to the same rows.
+Each view tracks under ``"<application>/<read model>.v<schema version>"``, so
+views share a database file without sharing a position, and bumping a schema
+version rebuilds that read model from the log.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """What became of each message the outbox sends, on each channel.
 
-Beside the ``outbox`` read model, in the same database, three tables the
-senders write (docs/notifications.md):
-
-- ``outbox_channels``: every endpoint a server was ever configured with (a
-  webhook URL, Slack, e-mail), under a key that is a digest of its address,
-  the log position it hears from (a channel opened on an old database sends
-  none of its history) and how far its deliveries were added; a channel that
-  answered 410 is disabled until a redelivery enables it again;
-- ``outbox_deliveries``: one row per message and channel: its state
-  (pending, delivered, dead), tries, when it is tried next, and the lease a
-  sender holds on it while it tries (two senders never try one at once: on
-  PostgreSQL the claim skips rows another sender is claiming, ``FOR UPDATE
-  SKIP LOCKED``; on SQLite one write transaction claims at a time);
-- ``outbox_leases``: named leases, such as the deadline sweeper's, held by
-  one process of all those sharing the database;
-- ``outbox_threads``: each task's thread on a channel to people (the ``ts``
-  of its first Slack message, the ``Message-ID`` of its first e-mail), so
-  that its later messages reply in it.
-
-None of this is a fold of the log: a rebuild of the read models leaves it as
-it is (a message's id is derived from its event, so a rebuilt outbox names
-the same messages).
+Beside the ``outbox`` read model, in the same database, the tables the senders
+write: the channels, one delivery per message and channel (with the lease a
+sender holds while it tries), named leases, and each task's thread on a
+channel. None of this is a fold of the log: a rebuild of the read models
+leaves it as it is, and a message's id, derived from its event, names the
+same message after one. docs/notifications.md, docs/read-models.md.
 """
 
 from __future__ import annotations

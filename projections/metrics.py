@@ -1,31 +1,13 @@
 """``metrics``: how tasks went — states, loops, failures before a human, time
 to a human, hand-offs, blocked attempts, the strategies that failed most.
 
-Three tables, each event touching a bounded number of rows (one task row, at
-most one wait row, at most one strategy row), so a fold costs the same
-whatever the log holds:
-
-- ``metrics_tasks``: one row per task — its run, when it started, its state,
-  its failures, whether it ever looped (escalated or paused), the failures
-  before it first stopped for a human, and the waits it has open;
-- ``metrics_waits``: one row per stop for a human (an escalation, a pause, a
-  hand-off), with when it was answered and how, its seconds, and how a
-  hand-off ended. A wait nobody answered by its deadline is ``expired``: no
-  human answered it, so it is left out of the time to a human (neither
-  answered nor open); the expiry hands the task off, which is a hand-off
-  like the ladder's (a wait of its own, counted by how it ends);
-- ``metrics_strategy_failures``: per task and strategy, how many failures
-  (failed gates and blocked attempts) named it.
-
-Every figure is an SQL aggregate over these rows, filtered by the tasks' run
-and start time; percentiles are nearest-rank (:func:`nearest_rank`), each one
-row read with ``ORDER BY … LIMIT 1 OFFSET k``. All the statements of one
-answer read one snapshot of the tables.
-
-A per-task figure is one more column of ``metrics_tasks`` (its DDL, its
-change in :meth:`MetricsTables.fold`, a bump of ``schema_version``, which
-rebuilds the read model from the log) and one :meth:`MetricsTables._spread`
-over it.
+Each event touches a bounded number of rows of three tables
+(``metrics_tasks``, ``metrics_waits``, ``metrics_strategy_failures``), so a
+fold costs the same whatever the log holds, and every figure is an SQL
+aggregate over them read in one snapshot. A per-task figure is one more column
+of ``metrics_tasks`` (its DDL, its change in :meth:`MetricsTables.fold`, a
+bump of ``schema_version``) and one :meth:`MetricsTables._spread` over it.
+The tables: docs/read-models.md; the figures: docs/audit.md.
 """
 
 from __future__ import annotations

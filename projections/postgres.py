@@ -1,28 +1,12 @@
 """The PostgreSQL read models, kept by eventsourcing's ``ProjectionRunner``.
 
-On PostgreSQL the read models are not caught up inside queries. A
-``ProjectionRunner`` follows the application's log (a subscription woken by
-``LISTEN``/``NOTIFY``) and feeds the events to :class:`ReadModelsProjection`,
-which folds them into every read model's tables and records the position, all
-in one transaction per batch of events already fetched (:class:`PostgresViews`,
-:class:`ReadModelsRunner`). The runner lives in each process
-that opens the service (``DEVS_PROJECTIONS=runner``, the default: every
-``devs serve`` worker, a script) or in a separate ``devs project`` worker
-(``DEVS_PROJECTIONS=external`` for the others). Any number of runners may
-follow one database: each fold first takes a transaction-scoped advisory lock
-and skips an event another runner already folded, so every event is folded
-once.
-
-A query waits, bounded by ``DEVS_READ_WAIT`` seconds, until the runner has
-folded the log as it ended when the query began (or, asked for a position with
-``wait_for``, that position only): the Python API reads its own writes on
-PostgreSQL as on SQLite. A wait that runs out is ``NotCaughtUp``.
-
-Damage is met as on SQLite (docs/security.md): an event the runner cannot
-decode is recorded in ``unreadable_events`` by the fold that skips it, and
-queries about its task (or run) raise ``UnreadableEvent``; a view table
-dropped by hand is remade and refilled from the log, in one transaction, by
-the next query, fold or opening that meets it.
+PostgreSQL can be followed (``LISTEN``/``NOTIFY``), so a runner folds the log
+into every read model in one transaction per batch, beside the writers
+instead of inside queries; any number of runners may follow one database (an
+advisory lock folds each event once). A query waits, bounded by
+``DEVS_READ_WAIT``, for the log as it was when it began, so the Python API
+reads its own writes as on SQLite. Runners, waits and damage:
+docs/architecture.md, docs/deploy.md, docs/security.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,12 @@
 """The SQLite read models, folded by whoever records the events.
 
-SQLite cannot be subscribed to, so the process that records events folds them
-into the read models itself, in the transaction that records them (the
-recorder runs :meth:`SQLiteReadModels.fold_written` after its ``INSERT``s):
-the views and the log commit together, so a query only reads, sees every
-command that returned before it, in this process or another, and never waits
-for another process's write lock (WAL readers do not wait for writers). Each
-fold first reads the views' positions in that transaction and folds any gap
-before the new events (events recorded by a process that folds nothing, a
-view another process remade empty), so no event is folded twice or left out.
-A query folds such a gap itself only if the write lock is free at that moment
-(it never waits for it); a writer that dies mid-transaction leaves neither
-events nor folds.
-
-Where the recorder cannot fold (not this package's recorder, or a read-only
-database whose views live in a private file of this process), or need not (a
-database in this process's memory: no other process can reach it, and
-eventsourcing's pool makes its readers and writers take turns anyway), a query
-catches the views up from the notification log first: whatever was recorded
-since each view's tracking position is read once per page and fed to each
-projection inside one transaction per view. In memory that keeps a decision
-to its own events, and folds the read models a batch at a time.
-
-:class:`SQLiteReadModels` implements the domain's
-:class:`~devs.domain.ports.ReadModels` port; ``RecoveryService`` gets it by
-topic (``READ_MODELS_TOPIC=devs.projections.sqlite:SQLiteReadModels``, the
-default).
+SQLite cannot be subscribed to, so the recorder folds the events into the
+read models in the transaction that records them: the views and the log
+commit together, and a query only reads, never waiting for another process's
+write lock. Where the recorder cannot or need not fold (another recorder, a
+read-only database, memory), a query catches the views up from the log first.
+:class:`SQLiteReadModels` implements the domain's ``ReadModels`` port, chosen
+by topic (``READ_MODELS_TOPIC``); docs/architecture.md tells the whole of it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """``unreadable_events``: stored events the read models could not decode.
 
-A catch-up that meets an event it cannot decode (an unknown topic, damaged
-bytes) records it here by log position and folds the rest of the log without
-it. Queries about its own task (or run) then fail with
+A fold that meets an event it cannot decode records it here by log position
+and folds the rest without it; queries about its own task (or run) then raise
 :class:`~devs.domain.errors.UnreadableEvent` instead of answering from a fold
-that lacks it; every other task is served as before. ``verify()`` finds the
-same events again from the log itself, so this table is only a shared memo for
-the processes that query the file.
-
-The same table, with the same columns, lives beside the PostgreSQL read models
-(:mod:`devs.projections.postgres`): there the runner's fold records the events
-it cannot decode, in the transaction that moves the position past them.
+that lacks it. The same table lives beside the PostgreSQL read models;
+``verify()`` finds the events from the log itself, so this is only a shared
+memo (docs/read-models.md).
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """The web console: where operators answer the agents (docs/console.md).
 
-Server-rendered pages under ``/console/`` in ``devs serve``: Jinja2 with
-autoescaping (``templates/``), one small script and one style sheet served
-from this package (``static/``, nothing from another origin). An operator
-signs in with its token; the session cookie (HttpOnly, SameSite=Strict,
-Secure over https) holds the operator's name and a time, signed
-(itsdangerous) with a key derived from the hash of the operator's current
-token: a rotation or a removal ends its sessions, and every worker of one
-database checks it alike.
-
-Every page is sent with a Content-Security-Policy that admits this origin's
-script and style only (no inline script, no other origin), and every form
-POST must come from this origin (its ``Origin`` header, else its ``Referer``):
-another origin's is a 403 and writes nothing. Every answer is recorded with
-the signed-in operator as its actor.
-
-The routes are module-level, one router per part: ``sessions`` (sign-in,
-the static files, the 404 page), ``inbox``, ``live`` (the server-sent
-events), ``tasks``, ``answers``, ``runs`` (and metrics), ``outbox``; ``svg``
-draws the charts, ``pages`` holds what they share. :func:`mount` adds them
-to an app with the app's :class:`~devs.adapters.console.pages.Console` in
-``app.state``, which each route reaches as a dependency.
+Server-rendered pages under ``/console/`` in ``devs serve`` (Jinja2 with
+autoescaping, one script and one style sheet of this package, nothing from
+another origin), behind a signed session cookie and a same-origin check on
+every POST (docs/security.md). The routes are module-level, one router per
+part; :func:`mount` adds them to an app with its
+:class:`~devs.adapters.console.pages.Console` in ``app.state``, which each
+route reaches as a dependency.
 """
 
 from __future__ import annotations

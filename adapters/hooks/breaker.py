@@ -1,33 +1,11 @@
 """The circuit breaker for ready-made coding agents: ``devs hook AGENT``.
 
-Claude Code, Codex and OpenHands run a command at points of their loop (a
-session starts, a tool is about to run, a tool ran or failed, the agent wants
-to stop), hand it one JSON event on stdin, and read its answer from stdout and
-its exit code. ``devs hook`` is that command. It reads the event in the
-agent's dialect (:mod:`devs.adapters.hooks.dialect`), turns it into a
-:class:`Seen` (what happened, in the referee's terms), decides with the
-service (:class:`Breaker`, any :class:`~devs.domain.service.RecoveryApi`: the
-local store, or ``devs serve`` when ``DEVS_URL`` is set), and answers with an
-:class:`Answer` that the dialect writes in the agent's words.
-
-What the breaker does (docs/agents.md):
-
-- a shell command that matches the gate pattern (``DEVS_GATE_PATTERN``) is a
-  **gate**: its result is recorded (``record_gate``), a failure climbs the
-  failure ladder and logs its strategy as a lesson;
-- the **strategy** of a gate is what the agent did since the last gate: the
-  edits it made (paths and new text) and the other commands it ran, remembered
-  between calls in a small state file (:class:`HookState`);
-- before a gate runs, its strategy is checked against the lessons
-  (``begin_attempt``): the same patch again is refused;
-- when the ladder stops the task, the agent is halted, and every tool call is
-  refused until a human lets it go on.
-
-The task is ``DEVS_TASK_ID``, or one named after the repository and branch of
-the event's working directory (:func:`task_base`), so that restarting the agent
-does not reset the count. A task that finished (its gate passed, or a human
-completed or skipped it) is followed by the next one of the series
-(``NAME.2``, ``NAME.3``...): the next red gate starts a new count.
+An agent runs ``devs hook`` at points of its loop with one JSON event; the
+event is read in the agent's dialect (:mod:`devs.adapters.hooks.dialect`) as a
+:class:`Seen`, decided by :class:`Breaker` with any
+:class:`~devs.domain.service.RecoveryApi` (the local store, or ``devs serve``
+with ``DEVS_URL``), and answered as an :class:`Answer` in the agent's words.
+Gates, strategies, lessons, halts and how tasks are named: docs/agents.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """``devs [--db DB] hook AGENT`` without the imports: the installed hooks'
 fast path.
 
-A coding agent waits for every hook call, and most of a ``devs`` process's
-time goes to importing the service (pydantic's models, eventsourcing: about
-0.7 s here), not to deciding (about 10 ms). So the installed command hands
-the event to a hook server (:mod:`devs.adapters.hooks.server`): one process per
-store and setting, already holding the service, reached over a Unix socket in
-a folder only this user can enter. This module imports nothing but the
-standard library.
-
-The first call finds no server: it starts one (detached; it ends after
-``DEVS_HOOK_SERVER_IDLE`` seconds without a call) and answers this event
-itself, in process, as ``devs hook`` always could. A call whose server
-cannot be reached is answered in process too; one whose server took the
-event but did not answer in time is a failure (one line, exit 1), never
-answered twice. ``DEVS_HOOK_SERVER=off`` answers every call in process.
-
-Its variables are read strictly, by :mod:`devs.adapters.hooks.variables`
-(the standard library too): a bad value is the call's failure, naming the
-variable, never a silent default.
+A coding agent waits for every hook call, and a ``devs`` process spends most of
+its time importing the service, not deciding. So the installed command, which
+imports nothing but the standard library, hands the event to a hook server
+(:mod:`devs.adapters.hooks.server`) holding the service open; a call that finds
+none, or cannot reach it, is answered in process. Figures:
+docs/performance.md; behaviour and variables: docs/agents.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Gemini CLI's hooks: JSON on stdin, JSON on stdout (which Gemini CLI reads
 before the exit code).
 
-Hooks reference: https://geminicli.com/docs/hooks/reference (the package
-ships it under ``bundle/docs/hooks/``). What the real binary (0.61.0) does,
-measured by tests/agents:
-
-- the events are ``SessionStart``, ``BeforeAgent`` (a prompt),
-  ``BeforeTool``, ``AfterTool``, ``AfterAgent`` (the agent would stop); the
-  tools ``run_shell_command`` (``command``), ``write_file`` (``file_path``,
-  ``content``) and ``replace`` (``old_string``, ``new_string``);
-- a shell command's result is ``tool_response.llmContent``, whose
-  ``Exit Code: N`` line is there only when the command failed;
-- ``{"continue": false, "stopReason": …}`` ends the session on
-  ``AfterTool``, ``BeforeTool`` (the tool does not run) and ``BeforeAgent``
-  (no model request); ``systemMessage`` is what the user reads, on stderr, in
-  every output mode; a denial is ``{"decision": "deny", "reason": …}`` (the
-  model gets the reason as the tool's result); ``additionalContext`` reaches
-  the model after the tool's result;
-- a hook's ``timeout`` is in milliseconds;
-- project hooks load only in a trusted folder (trust is on by default:
-  ``~/.gemini/trustedFolders.json``, or ``GEMINI_CLI_TRUST_WORKSPACE=true``);
-  headless in an untrusted folder Gemini CLI exits 55.
+Hooks reference: https://geminicli.com/docs/hooks/reference (the package ships
+it under ``bundle/docs/hooks/``). The events, tools and answers here follow what
+the real binary (0.61.0) does, measured by tests/agents; docs/agents.md
+records it.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """``devs hooks install|uninstall|status``: the breaker's entries in a coding
 agent's hook settings, merged with what the file holds.
 
-Every agent here reads one JSON file of the same shape (Claude Code's)::
-
-    {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [
-        {"type": "command", "command": "/abs/devs --db ... hook claude-code"}]}]}}
-
-Installing adds one matcher group per event, each with one command; the
-entries that are the breaker's own are recognised by their command
-(``... devs ... hook AGENT``) and replaced, so installing twice changes
-nothing; uninstalling removes exactly those, and the groups and events they
-leave empty. Other hooks and settings are left as they were, in their order.
-
-Some agents list the entries directly under the event, with no matcher group
-(:attr:`Layout.flat`: GitHub Copilot CLI, Cursor), name the command's key
-otherwise (Copilot's ``"bash"``), or want keys at the top of the file
-(``"version": 1``, :attr:`Layout.header`); a file of the breaker's own
-(:attr:`Layout.own_file`) is removed when uninstalling leaves nothing else
-in it.
+Every agent here reads one JSON file of Claude Code's shape, give or take a
+:class:`Layout`; the breaker's own entries are recognised by their command
+(``... devs ... hook AGENT``) and replaced, so installing twice changes nothing
+and uninstalling removes exactly those; other hooks and settings are left as
+they were, in their order (docs/agents.md).
 """
 
 from __future__ import annotations

@@ -1,35 +1,13 @@
 """The hook server: answers the installed hooks' calls for one store, holding
-the service open, so that a call costs a process start of the standard
-library and about 10 ms of deciding (:mod:`devs.adapters.hooks.client`).
+the service open, so that a call does not pay for importing it.
 
     python -m devs.adapters.hooks.server SOCKET [--db DB]
 
-Started by the first hook call that finds none; ends after
-``DEVS_HOOK_SERVER_IDLE`` seconds (default 600) without a call, or on
-SIGTERM, removing its socket. A second server for the same socket sees the
-first answer and leaves. Its settings are
-:class:`~devs.adapters.hooks.settings.HookEdgeSettings`: a bad one stops it
-before it binds, with an error naming the variable (exit 2).
-
-Whoever reaches the socket may be the agent itself, so every connection is
-hostile until its request is whole. Requests are read side by side, without
-blocking (one thread, :mod:`selectors`): a connection that sends nothing, or
-one byte now and then, delays no other call. Each has ``READ_DEADLINE``
-seconds (5) to send its whole request, and is then dropped with one line of
-error; at most ``MAX_CONNECTIONS`` (32) are read at once, the oldest dropped
-for a new one; a header is at most ``HEADER_MAX`` bytes (1 MiB) and an event
-``EVENT_MAX`` (64 MiB), said too large as soon as its length is read. The
-seconds the server spends answering do not count against the reads waiting
-meanwhile.
-
-The calls themselves are answered one at a time, in this (the main) thread,
-in the order their requests became whole (the order of connection among
-those that did at once), each as ``devs hook`` answers it in process
-(:func:`devs.adapters.hooks.runner.handle`), with the caller's settings
-(``DEVS_*``) and folder: its timeout is a SIGALRM and its messages a swapped
-``sys.stderr``, which only the main thread may use, and SQLite takes one
-writer at a time anyway. So two calls for one task (of one session, or
-any) never run at once, and are answered in the order they were made.
+Whoever reaches the socket may be the agent, so requests are read side by side
+without blocking (:mod:`selectors`) within bounds, and answered one at a time
+in the main thread (SIGALRM timeouts and a swapped ``sys.stderr`` need it;
+SQLite takes one writer anyway), as ``devs hook`` answers in process. Its
+lifetime, bounds and settings: docs/agents.md, docs/configuration.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """The hook edge's variables, declared once: each one's name, default and
 range, and its strict reading (docs/configuration.md).
 
-The installed hooks' fast path (:mod:`devs.adapters.launch`,
-:mod:`devs.adapters.hooks.client`) reads them with this module, which
-imports nothing but the standard library: pydantic-settings costs some
-150 ms to import, fifteen times the whole fast path's imports. The hook
-server reads them through :class:`devs.adapters.hooks.settings.HookEdgeSettings`,
-whose validators are these same functions. Either way, a bad value is the
-same error naming its variable (:class:`BadVariable`), never a silent
-default; unset or blank is the default.
+The installed hooks' fast path reads them with this module, which imports
+nothing but the standard library (pydantic-settings is slow to import:
+docs/performance.md); the hook server reads them through
+:class:`devs.adapters.hooks.settings.HookEdgeSettings`, whose validators are
+these same functions. Either way a bad value is the same error naming its
+variable (:class:`BadVariable`), never a silent default.
 """
 
 from __future__ import annotations

@@ -2,19 +2,11 @@
 sweeper.
 
 Neither ever runs on a command's path: a command records its events and
-answers; the ``outbox`` read model folds the messages they ask to send; here
-a background thread of ``devs serve`` (or ``devs deadlines run``) adds each
-configured endpoint's deliveries (``outbox_deliveries``), leases the due
-ones, tries them on a small pool of threads (a slow endpoint holds one
-thread, no command and no other endpoint) and records what each try came
-to: delivered, tried again on the schedule, or dead-lettered after its last
-try (docs/notifications.md). The endpoints are those of every registered
-channel (:mod:`devs.adapters.notify.registry`), each tried the same way.
-
-Every server of one database may run a sender: a delivery is leased to one
-sender at a time (for four times the attempt timeout and 10 s more), so a
-message is tried by one of them at a time, and again by another if its
-sender died mid-try.
+answers, and here a background thread adds each registered channel's
+deliveries, leases the due ones and tries them on a small pool of threads, so
+a slow endpoint holds one thread and nothing else. Every server of one
+database may run a sender; the lease keeps a message to one sender at a time
+(docs/notifications.md).
 """
 
 from __future__ import annotations

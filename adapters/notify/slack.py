@@ -1,30 +1,12 @@
 """Slack: the channel that posts the messages for people to Slack, through
-an incoming webhook (``DEVS_SLACK_WEBHOOK_URL``: each message a new one) or
-the Web API's ``chat.postMessage`` with a bot token (``DEVS_SLACK_BOT_TOKEN``
-and ``DEVS_SLACK_CHANNEL``: a task's first message starts a thread, its
-later ones reply in it).
+an incoming webhook or the Web API's ``chat.postMessage`` (with a bot token,
+a task's messages in one thread).
 
-The text is :mod:`devs.adapters.notify.people`'s. For Slack's ``mrkdwn`` it
-is escaped (``&``, ``<``, ``>``) **then** cut, so no text passes Slack's
-limits (:data:`SECTION_MAX` per section, :data:`HEADER_MAX` per header,
-:data:`BLOCKS_MAX` blocks), and set in code spans, where ``*``, ``_`` and
-``~`` format nothing.
-
-An answer is read by the one status mapping
-(:func:`devs.adapters.notify.status.answered`): ``delivered`` on 2xx,
-``gone`` on 410 (and the Web API's ``channel_is_archived``), ``retry`` on a
-408, a 429 (its ``Retry-After`` honoured), a 5xx or no answer. A
-:func:`~devs.adapters.notify.status.permanent` refusal (any other 4xx, or
-the Web API's ``invalid_blocks`` and its kind) is answered, in the same try,
-by the message as plain text; if Slack refuses that too, the try is
-``refused``: dead at once, never retried as it was. No error names a bot
-token or a hook's path.
-
-Why not apprise: its Slack plugin builds the address it posts to from
-``https://hooks.slack.com/services`` (or ``hooks.slack-gov.com``) and the
-three tokens of a ``slack://`` URL, so no receiver on this machine can stand
-in for Slack in a test; an incoming webhook is one JSON POST, which httpx
-makes here as the webhooks do.
+The text is :mod:`devs.adapters.notify.people`'s, escaped for ``mrkdwn`` then
+cut to Slack's limits and set in code spans; answers go through the one status
+mapping (:mod:`devs.adapters.notify.status`), and a permanent refusal is tried
+once more as plain text. Not apprise: it builds Slack's address itself, so no
+local receiver could stand in for Slack in a test. docs/notifications.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The private parts of eventsourcing 9.5 that the stores' classes rely on.
 
-As ``devs.domain.eventsourcing_internals`` does for the domain (whose
-:class:`~devs.domain.eventsourcing_internals.Override` declares an override
-here too), but for what names a database: the SQLite recorders and pool, the
-PostgreSQL recorders, and the read models' classes that override their private
-methods (they live in ``devs.projections``, which cannot import this package:
-their overrides are declared here as data).
-
-``tests/integration/test_eventsourcing_internals.py`` pins each entry, and
-fails when a module outside the two registries touches a private name of
-eventsourcing that neither declares.
-
-Nothing is imported at run time: ``eventsourcing.postgres`` and psycopg need
-the optional ``postgres`` extra, so every object is passed in and used by its
-attributes (the types are named for the type checker only).
+As ``devs.domain.eventsourcing_internals`` does for the domain, but for what
+names a database: the SQLite and PostgreSQL recorders and pool, and the read
+models' overrides (declared here as data: ``devs.projections`` cannot import
+this package). ``tests/integration/test_eventsourcing_internals.py`` pins each
+entry. Nothing is imported at run time, since ``eventsourcing.postgres`` needs
+the ``postgres`` extra: every object is passed in.
 """
 
 from __future__ import annotations
