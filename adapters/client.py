@@ -200,6 +200,13 @@ class _Sent(Generic[P, R]):
         self.signature = inspect.signature(declared)
         self.answer = answer
         self.__doc__ = declared.__doc__
+        self.__signature__ = self.signature  # as the method's, self first
+        self.__name__ = self.__qualname__ = self.command
+
+    def __call__(self, client: HttpRecoveryClient, *args: Any, **kwargs: Any) -> R:
+        """As a function of the class: ``HttpRecoveryClient.record_gate(client,
+        …)``, as a method can be called."""
+        return self.__get__(client, type(client))(*args, **kwargs)
 
     @overload
     def __get__(self, client: None, owner: type[Any]) -> _Sent[P, R]: ...
@@ -223,6 +230,9 @@ class _Sent(Generic[P, R]):
 
         sent.__name__ = sent.__qualname__ = self.command
         sent.__doc__ = self.__doc__
+        sent.__signature__ = self.signature.replace(  # type: ignore[attr-defined]
+            parameters=list(self.signature.parameters.values())[1:]  # bound
+        )
         return sent
 
 

@@ -90,6 +90,17 @@ ANSWER_COMMANDS: dict[HumanActionValue, str] = {
 """The command each action of a human's answer records: its arguments
 (:data:`devs.domain.arguments.COMMANDS`) are the answer's keys."""
 
+_REQUESTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "claim": ("claim_handoff", ("task_id", "actor")),
+    "resolve_handoff": (
+        "resolve_handoff",
+        ("task_id", "actor", "resolution", "reason"),
+    ),
+}
+"""The idempotency requests of the answers whose words differ from their
+command's model: what 0.1 recorded (a claim's old name, a resolution before
+its reason)."""
+
 NO_REASON = "(no reason given)"
 """An answer's ``reason`` when it gives none (as ``devs resume`` and the HTTP
 API say it)."""
@@ -613,13 +624,7 @@ class Referee:
         command = ANSWER_COMMANDS[answer.action]
         arguments = _arguments(command, task_id, answer)
         named = arguments["if_version"]
-        # The request the key is compared with: the command and its arguments
-        # in its model's order (no version named: as before answers named one).
-        request = (
-            command,
-            *(value for name, value in arguments.items() if name != "if_version"),
-            *_named(named),
-        )
+        request = _request(command, arguments)
         sent = {**arguments, "if_version": NEVER_VERSION if replayed else named}
         call: Callable[..., ActionResult] = getattr(self.service, command)
         return self._once(key, lambda: call(**sent), request)
@@ -685,6 +690,21 @@ def _resumes() -> int:
     scratchpad = configurable.get(CONFIG_KEY_SCRATCHPAD)
     resume = getattr(scratchpad, "resume", None)
     return len(resume) if isinstance(resume, list) else 0
+
+
+def _request(command: str, arguments: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The request an answer's idempotency key is compared with: the command
+    and its arguments in its model's order (no version named: as before
+    answers named one), or as an earlier release wrote it (:data:`_REQUESTS`),
+    so that an answer it recorded, given back after an upgrade, is the same
+    request."""
+    said, order = _REQUESTS.get(command, (command, ()))
+    names = order or tuple(name for name in arguments if name != "if_version")
+    return (
+        said,
+        *(arguments[name] for name in names),
+        *_named(arguments["if_version"]),
+    )
 
 
 def _named(version: int | None) -> tuple[int, ...]:

@@ -145,10 +145,13 @@ def _command_tool(
     validated by the tool's strict input model (:func:`_strict_tools`), so the
     command runs :func:`~devs.domain.application.unchecked`."""
     method = getattr(RecoveryService, command)
-    call = unchecked(method)
+
+    def call(arguments: dict[str, Any]) -> Any:
+        served = service()  # its own class's command (a subclass may differ)
+        return unchecked(getattr(type(served), command))(served, **arguments)
 
     async def tool(**arguments: Any) -> Any:
-        return await run(lambda: call(service(), **arguments))
+        return await run(lambda: call(arguments))
 
     tool.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [

@@ -134,6 +134,8 @@ class PostgresView(PostgresTrackingRecorder, SQLTables):
             self.datastore.transaction(commit=False) as cursor,
             cursor.connection.cursor(row_factory=tuple_row) as plain,
         ):
+            # One snapshot for all (READ COMMITTED takes one a statement).
+            plain.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             found = []
             for statement, params in queries:
                 plain.execute(pg_sql(statement), params or None)

@@ -20,9 +20,9 @@ from devs.projections.base import ReadModelProjection, SQLiteView, SQLTables, fo
 
 WAITING, READY, STARTED = "waiting", "ready", "started"
 COMPLETED, SKIPPED = NodeOutcome.COMPLETED.value, NodeOutcome.SKIPPED.value
+"""A node's ``progress``: waiting, ready, started, then how it settled."""
 DAGS_KEPT = 8
 """How many runs' DAGs a process keeps (:meth:`RunsTables.run_state`)."""
-"""A node's ``progress``: waiting, ready, started, then how it settled."""
 
 
 def run_id_of(originator_id: str) -> str:
@@ -294,7 +294,10 @@ class RunsTables(RunsView, SQLTables):
                 prerequisites[node_id].append(prerequisite)
             dag = {node: tuple(before) for node, before in prerequisites.items()}
             while len(kept) >= DAGS_KEPT:
-                kept.pop(next(iter(kept)), None)
+                try:  # another thread may be changing it: then try again
+                    del kept[next(iter(kept))]
+                except (RuntimeError, KeyError, StopIteration):
+                    continue
             kept[run_id] = dag
         started: list[tuple[int, str]] = []
         settled: list[tuple[int, str, str]] = []

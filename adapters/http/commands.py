@@ -62,10 +62,14 @@ def command_route(
         if_match: str | None = None,
     ) -> Response:
         where = path.format(task_id=task_id) if in_path else path
-        given = given_apart(task_id=task_id) if in_path else {}
+        given: dict[str, Any] = {"task_id": task_id} if in_path else {}
         if not human:
             return await served.command(  # type: ignore[no-any-return]
-                status, key, where, body, lambda s: call(s, **body.arguments(**given))
+                status,
+                key,
+                where,
+                body,
+                lambda s: call(s, **body.arguments(**given_apart(**given))),
             )
         assert request is not None  # FastAPI gives it to a human answer's route
         operator = _operator(request)
@@ -81,8 +85,8 @@ def command_route(
             lambda s: call(
                 s,
                 **body.arguments(
-                    **given,
                     **given_apart(
+                        **given,
                         actor=acting(s, operator, getattr(body, "actor", None)),
                         if_version=version,
                     ),

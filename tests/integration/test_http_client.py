@@ -154,3 +154,23 @@ def test_a_command_s_body_is_its_model_s_fields_leaving_defaults_out() -> None:
             {"actor": "alice", "reason": "done", "resolution": "skip"},
         ),
     ]
+
+
+def test_each_command_of_the_client_is_the_interface_s_method() -> None:
+    """Every command of the client is called as the service interface's
+    method is: the same parameters (``inspect`` sees them, on the class as
+    on an instance), the same defaults."""
+    import inspect
+
+    from devs.domain.arguments import COMMANDS
+    from devs.domain.service import RecoveryApi
+
+    client = HttpRecoveryClient("http://127.0.0.1:9")
+    for command in COMMANDS:
+        if command == "what_if":  # a query of the audit, not a command route
+            continue
+        declared = inspect.signature(getattr(RecoveryApi, command))
+        assert inspect.signature(getattr(HttpRecoveryClient, command)) == declared
+        bound = inspect.signature(getattr(client, command))
+        assert list(bound.parameters) == list(declared.parameters)[1:]
+    client.close()

@@ -130,3 +130,29 @@ def test_a_value_is_refused_in_the_words_of_the_http_api(
             "unknown field 'reasn'; did you mean 'reason'? (known: action, actor,"
         )
         assert service.task("t1").version == before
+
+
+def test_an_answer_s_request_is_the_one_earlier_releases_recorded() -> None:
+    """The idempotency request of each answer is as 0.1 wrote it, so that an
+    answer recorded before an upgrade, given back by LangGraph after it, is
+    the same request (a claim under its old name, a resolution before its
+    reason; the others in their model's order)."""
+    from devs.adapters.langgraph import _request
+
+    base = {"task_id": "t1", "actor": "ana", "if_version": None}
+    assert _request("claim", base) == ("claim_handoff", "t1", "ana")
+    assert _request("release", base) == ("release", "t1", "ana")
+    said = {**base, "reason": "why", "if_version": 4}
+    assert _request("resume", said) == ("resume", "t1", "ana", "why", 4)
+    assert _request("take_over", said) == ("take_over", "t1", "ana", "why", 4)
+    rewind = {**said, "to_commit": "abc"}
+    assert _request("rewind", rewind) == ("rewind", "t1", "ana", "why", "abc", 4)
+    resolve = {**said, "resolution": "complete"}
+    assert _request("resolve_handoff", resolve) == (
+        "resolve_handoff",
+        "t1",
+        "ana",
+        "complete",
+        "why",
+        4,
+    )

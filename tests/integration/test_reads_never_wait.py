@@ -257,3 +257,46 @@ def test_a_gap_is_folded_on_open_by_a_query_when_the_lock_is_free_or_a_rebuild(
             assert set(reader.read_models.positions().values()) == {event_count(db)}
             assert reader.gate_status("t").consecutive_failures == 3
             assert reader.verify().ok
+
+
+def test_in_memory_queries_answer_while_threads_write_back_to_back() -> None:
+    """In memory the next query folds what commands recorded; it waits for
+    the pool's turn (short: no other process exists) rather than trying
+    without waiting, which loses to commands that hold it back to back and
+    gave up after DEVS_READ_WAIT (and then leaked eventsourcing's own
+    timeout, not NotCaughtUp)."""
+    import threading
+
+    from devs.adapters.config import memory_env
+
+    env = {**memory_env(), "DEVS_READ_WAIT": "1"}
+    with open_service(env=env) as service:
+        for i in range(2):
+            service.start_task(f"t{i}")
+        stop = time.monotonic() + 2
+        failures: list[BaseException] = []
+        answered: list[int] = []
+
+        def write(task_id: str) -> None:
+            step = 0
+            while time.monotonic() < stop:
+                service.begin_attempt(task_id, f"strategy {step}")
+                step += 1
+
+        def read() -> None:
+            while time.monotonic() < stop:
+                try:
+                    answered.append(len(service.tasks()))
+                except BaseException as error:  # noqa: BLE001 - what leaked
+                    failures.append(error)
+                    return
+
+        threads = [threading.Thread(target=write, args=(f"t{i}",)) for i in range(2)]
+        threads.append(threading.Thread(target=read))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        assert len(answered) >= 5
+        assert set(answered) == {2}
