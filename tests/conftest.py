@@ -179,10 +179,22 @@ def decisions(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 _databases = itertools.count()
 
 
+SESSION_SERVER_SETTINGS = {"fsync": "off"}
+"""The session's server skips fsync (PostgreSQL's "non-durable settings" for
+a throwaway cluster): only a crash of the whole machine could leave its data
+directory inconsistent, and the directory is a temporary one, deleted at the
+end of the session either way. With fsync, each ``DROP DATABASE`` (some 200
+a run, one per ``pg_url``) waited about a second on the disk's flushes; a
+crash of the server or of a ``devs`` process still loses nothing it wrote.
+The servers a test halts and restarts, and the benchmarks', keep
+``tests/postgres.py``'s defaults."""
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PostgresServer]:
-    """One embedded PostgreSQL server for the session (tests/postgres.py)."""
-    server = start_server()
+    """One embedded PostgreSQL server for the session (tests/postgres.py),
+    with :data:`SESSION_SERVER_SETTINGS`."""
+    server = start_server(SESSION_SERVER_SETTINGS)
     yield server
     server.stop()
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,13 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import RecoveryService
 from tests.e2e.test_console_browser import (
     LIVE_WAIT,
     ROOT,
     Console,
+    _browser,
     browsers,  # noqa: F401 - a fixture
     button,
     escalate,
@@ -41,6 +43,7 @@ from tests.e2e.test_console_browser import (
     sqlite_console,  # noqa: F401 - a fixture
     until,
 )
+from tests.e2e.test_serve import Server
 
 WIDE = (1440, 900)
 PHONE = (390, 844)
@@ -344,22 +347,42 @@ def test_the_list_view_has_few_tab_stops_fits_a_screen_and_passes_axe(
     assert axe_problems(driver) == []
 
 
+@pytest.fixture(scope="module")
+def phone(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Console, WebDriver]]:
+    """A console on :func:`twenty_one`'s stops and one Chromium signed in to it
+    at a phone's size, for every page :func:`test_nothing_is_wider_than_a_phone`
+    measures: the pages are the subject, and a server, a store and a browser
+    started for each page measured the same pages on the same data six times
+    (some 3 s of CPU each)."""
+    db = tmp_path_factory.mktemp("phone") / "console.sqlite"
+    service = open_service(Settings(db=str(db)))
+    server = Server(db, env={"DEVS_DATABASE_URL": ""})
+    driver: WebDriver | None = None
+    try:
+        console = Console(server, service)
+        twenty_one(service)
+        token = service.add_operator("alice", actor="root").token
+        driver = _browser()
+        viewport(driver, PHONE)
+        sign_in(driver, console, token)
+        yield console, driver
+    finally:
+        if driver is not None:
+            driver.quit()
+        server.stop()
+        service.close()
+
+
 @pytest.mark.parametrize(
     "path",
     ["/", "/?view=list", "/tasks/fix-api-01", "/outbox", "/runs", "/runs/release-7"],
 )
 def test_nothing_is_wider_than_a_phone(
-    sqlite_console: Console,  # noqa: F811
-    browsers: Callable[[], WebDriver],  # noqa: F811
-    path: str,
+    phone: tuple[Console, WebDriver], path: str
 ) -> None:
-    console = sqlite_console
-    service = console.service
-    twenty_one(service)
-    token = service.add_operator("alice", actor="root").token
-    driver = browsers()
-    viewport(driver, PHONE)
-    sign_in(driver, console, token)
+    console, driver = phone
     driver.get(console.page(path))
     width = driver.execute_script("return document.documentElement.scrollWidth;")
     assert width <= PHONE[0], (path, width)
