@@ -54,6 +54,8 @@ def test_queries_give_the_answers_0_1_0_gave(
     run = old.run_state("r1").model_dump(mode="json", exclude={"updated_at"})
     # A run 0.1.0 started stops as a whole for any stop, as it did then.
     assert run.pop("stop_scope") == "run"
+    # 0.1.0 did not say when a run started; its log does.
+    assert run.pop("started_at") is not None
     assert run == answers["run"]
     assert old.task("build").version == answers["build_version"]
     # 0.1.0 named a blocked attempt's kind task:blacklisted_strategy_attempted:
