@@ -153,9 +153,17 @@ class Sender:
             room -= wants[key]
         if self.channels:
             self._keep_up()
-        claimed = self.store.exchange(
-            self.owner, results, self.types, time.time(), self.settings.lease, wants
-        )
+        try:
+            claimed = self.store.exchange(
+                self.owner, results, self.types, time.time(), self.settings.lease, wants
+            )
+        except OperationalError as error:
+            if not locked(error):
+                raise
+            # Another writer holds it (a second sender, a query folding on a
+            # store in memory): nothing was written; the tries that ended stay
+            # in flight and are recorded at the next look.
+            return 0
         self._forget(finished)
         trying = {(i.channel, i.message.id) for i in self.inflight.values()}
         started = 0

@@ -337,3 +337,34 @@ def test_people_hear_of_stops_by_slack_and_e_mail_through_the_same_outbox(
     assert sorted(c.kind for c in report.channels) == ["email", "slack"]
     assert all(c.delivered == len(PEOPLE_STORY) for c in report.channels)
     assert slack.rsplit("/", 1)[-1] not in report.model_dump_json()  # no key
+
+
+def test_a_look_that_meets_another_writer_s_lock_is_taken_again(
+    sending: tuple[Any, str],
+) -> None:
+    """Another writer holding the deliveries' lock (a second sender; on a
+    store in memory shared by two services, a query folding) makes one look
+    do nothing: the sender is not stopped, the tries that ended are
+    recorded at the next look, and every message still goes once."""
+    from eventsourcing.persistence import OperationalError
+
+    make_service, url = sending
+    service: RecoveryService = make_service()
+    sender = Sender(service, settings_for(url))
+    sender.open()
+    escalate(service, "t1")
+    real = sender.store.exchange
+    refused: list[int] = []
+
+    def exchange(*args: Any) -> Any:
+        if len(refused) < 3:  # the first looks, then every other
+            refused.append(1)
+            raise OperationalError("database table is locked: outbox_deliveries")
+        return real(*args)
+
+    sender.store.exchange = exchange  # type: ignore[method-assign,assignment]
+    assert sender.step() == 0
+    run_until(sender, lambda: len(Receiver.received) == 1)
+    sender.close()
+    assert len(refused) == 3
+    assert len(Receiver.received) == 1
