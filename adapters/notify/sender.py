@@ -244,19 +244,27 @@ class Sender:
                 outcome=Attempted.RETRY, status=None, error=type(error).__name__
             )
         tries = item.tries + 1
+
+        def settled(
+            state: DeliveryState, *, next_at: float | None = None, disable: bool = False
+        ) -> Settled:
+            error = None if state is DeliveryState.DELIVERED else tried.error
+            return Settled(
+                channel=item.channel,
+                message_id=item.message.id,
+                state=state,
+                next_at=next_at,
+                status=tried.status,
+                error=error,
+                disable=disable,
+            )
+
         if tried.outcome is Attempted.DELIVERED:
             if tried.error:  # delivered otherwise than asked (plain text)
                 logger.warning(
                     "%s: %s: %s", channel.shown, item.message.id, tried.error
                 )
-            return Settled(
-                channel=item.channel,
-                message_id=item.message.id,
-                state=DeliveryState.DELIVERED,
-                next_at=None,
-                status=tried.status,
-                error=None,
-            )
+            return settled(DeliveryState.DELIVERED)
         if tried.outcome is Attempted.GONE:
             logger.warning(
                 "%s answered 410 Gone to %s: the endpoint is disabled "
@@ -264,15 +272,7 @@ class Sender:
                 channel.shown,
                 item.message.id,
             )
-            return Settled(
-                channel=item.channel,
-                message_id=item.message.id,
-                state=DeliveryState.DEAD,
-                next_at=None,
-                status=tried.status,
-                error=tried.error,
-                disable=True,
-            )
+            return settled(DeliveryState.DEAD, disable=True)
         if tried.outcome is Attempted.REFUSED:
             logger.warning(
                 "%s refused %s for good: a dead letter after %d tries (%s)",
@@ -281,14 +281,7 @@ class Sender:
                 tries,
                 tried.error,
             )
-            return Settled(
-                channel=item.channel,
-                message_id=item.message.id,
-                state=DeliveryState.DEAD,
-                next_at=None,
-                status=tried.status,
-                error=tried.error,
-            )
+            return settled(DeliveryState.DEAD)
         wait = next_wait(
             tries, self.settings.webhook_backoff, tried.retry_after, rng=self.rng
         )
@@ -300,14 +293,7 @@ class Sender:
                 tries,
                 tried.error,
             )
-            return Settled(
-                channel=item.channel,
-                message_id=item.message.id,
-                state=DeliveryState.DEAD,
-                next_at=None,
-                status=tried.status,
-                error=tried.error,
-            )
+            return settled(DeliveryState.DEAD)
         logger.info(
             "%s: %s not delivered (%s); try %d in %.0f s",
             channel.shown,
@@ -316,14 +302,7 @@ class Sender:
             tries + 1,
             wait,
         )
-        return Settled(
-            channel=item.channel,
-            message_id=item.message.id,
-            state=DeliveryState.PENDING,
-            next_at=time.time() + wait,
-            status=tried.status,
-            error=tried.error,
-        )
+        return settled(DeliveryState.PENDING, next_at=time.time() + wait)
 
     def drain(self, timeout: float) -> None:
         """Record the tries under way (waiting at most ``timeout`` seconds)."""
