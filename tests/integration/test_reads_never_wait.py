@@ -291,8 +291,20 @@ def test_in_memory_queries_answer_while_threads_write_back_to_back() -> None:
                     failures.append(error)
                     return
 
+        def wait() -> None:  # X-Devs-After's wait, for a position just written
+            while time.monotonic() < stop:
+                try:
+                    with service.written() as written:
+                        service.begin_attempt("t0", "one more")
+                    assert written.position is not None
+                    waited.append(service.wait_for(written.position))
+                except BaseException as error:
+                    failures.append(error)
+                    return
+
+        waited: list[int] = []
         threads = [threading.Thread(target=write, args=(f"t{i}",)) for i in range(2)]
-        threads.append(threading.Thread(target=read))
+        threads += [threading.Thread(target=read), threading.Thread(target=wait)]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -300,3 +312,4 @@ def test_in_memory_queries_answer_while_threads_write_back_to_back() -> None:
         assert failures == []
         assert len(answered) >= 5
         assert set(answered) == {2}
+        assert len(waited) >= 5
