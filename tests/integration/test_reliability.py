@@ -85,7 +85,13 @@ def test_kill_9_under_load_loses_no_acknowledged_decision(tmp_path: Path) -> Non
             os.kill(proc.pid, signal.SIGKILL)
     acknowledged = {}
     for name, proc in zip(names, procs, strict=True):
-        out, _ = proc.communicate(timeout=60)
+        # Read through the file object, not communicate(): readline() above
+        # may have buffered decisions printed right after "started", and
+        # communicate(timeout=...) reads the pipe's descriptor past that
+        # buffer (a loaded machine lost all of a writer's lines that way).
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        proc.wait(timeout=60)
         lines = [line for line in out.splitlines() if line.strip().isdigit()]
         acknowledged[name] = int(lines[-1]) if lines else 0
     assert sum(acknowledged.values()) > 0
