@@ -785,8 +785,9 @@ def open_service(
     ``Settings()``), with ``env`` for eventsourcing settings of its own
     (``{"AGGREGATE_CACHE_MAXSIZE": "0"}``, say), deciding by ``policy``
     (default: the policy the environment sets)."""
-    from devs.domain.application import RecoveryService
+    from devs.domain.application import RecoveryService, use_assembly
 
+    use_assembly(ASSEMBLY)  # at hand: no scan of the entry points
     chosen = settings if settings is not None else Settings()
     return RecoveryService(env={**chosen.environ(), **(env or {})}, policy=policy)
 
