@@ -29,11 +29,12 @@ def git_repo(path: Path) -> Path:
     return path
 
 
-def hook(repo: Path, tmp_path: Path, event: dict[str, Any]) -> Any:
+def hook(repo: Path, event: dict[str, Any]) -> Any:
     """One ``devs hook claude-code`` call, as Claude Code makes it, in the
-    repository whose default store (``devs_state.sqlite``) it guards."""
+    repository whose default store (``devs_state.sqlite``) it guards; the
+    hooks' state beside it (``state/``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEVS_", "XDG_"))}
-    env["DEVS_HOOK_STATE_DIR"] = str(tmp_path / "state")
+    env["DEVS_HOOK_STATE_DIR"] = str(repo.parent / "state")
     env["DEVS_HOOK_SERVER"] = "off"
     done = subprocess.run(
         [str(DEVS), "hook", "claude-code"],
@@ -66,10 +67,12 @@ def denied(answer: Any) -> str | None:
     return None
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repo = git_repo(tmp_path / "repo")
-    hook(repo, tmp_path, {"hook_event_name": "SessionStart", "source": "startup"})
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One session for the module's tests: each refusal writes nothing (each
+    test checks), and what goes through only reaches the agent's tools."""
+    repo = git_repo(tmp_path_factory.mktemp("guarded") / "repo")
+    hook(repo, {"hook_event_name": "SessionStart", "source": "startup"})
     assert (repo / "devs_state.sqlite").exists()
     return repo
 
@@ -104,16 +107,16 @@ def repo(tmp_path: Path) -> Path:
     ],
 )
 def test_the_agent_cannot_run_a_persons_command_nor_touch_the_store(
-    repo: Path, tmp_path: Path, command: str
+    repo: Path, command: str
 ) -> None:
-    reason = denied(hook(repo, tmp_path, bash(command)))
+    reason = denied(hook(repo, bash(command)))
     assert reason is not None, command
     assert "devs-recovery refuses this tool call" in reason
     assert not (repo / "devs_state.sqlite-journal").exists()
 
 
 def test_an_edit_of_the_store_is_refused_before_it_is_made(
-    repo: Path, tmp_path: Path
+    repo: Path,
 ) -> None:
     event = {
         "hook_event_name": "PreToolUse",
@@ -123,11 +126,14 @@ def test_an_edit_of_the_store_is_refused_before_it_is_made(
             "content": "forged pages",
         },
     }
-    reason = denied(hook(repo, tmp_path, event))
+    reason = denied(hook(repo, event))
     assert reason is not None
     assert "devs_state.sqlite-journal" in reason
-    event["tool_input"] = {"file_path": str(tmp_path / "state" / "x"), "content": "x"}
-    assert denied(hook(repo, tmp_path, event)) is not None
+    event["tool_input"] = {
+        "file_path": str(repo.parent / "state" / "x"),
+        "content": "x",
+    }
+    assert denied(hook(repo, event)) is not None
 
 
 @pytest.mark.parametrize(
@@ -147,8 +153,8 @@ def test_an_edit_of_the_store_is_refused_before_it_is_made(
         "devs task show $(git rev-parse --abbrev-ref HEAD)",
     ],
 )
-def test_ordinary_commands_go_through(repo: Path, tmp_path: Path, command: str) -> None:
-    assert denied(hook(repo, tmp_path, bash(command))) is None
+def test_ordinary_commands_go_through(repo: Path, command: str) -> None:
+    assert denied(hook(repo, bash(command))) is None
 
 
 @pytest.mark.timing  # a ratio of two timings: in one process
