@@ -36,6 +36,7 @@ from devs.adapters.config import TOKEN_ENV
 from devs.domain import (
     ActionResult,
     AttemptDecision,
+    BudgetAnswer,
     DevsError,
     EntropyDecision,
     FailureReport,
@@ -53,6 +54,7 @@ from devs.domain import (
     StoreError,
     TaskIndexEntry,
     TaskSummary,
+    UsageDecision,
     Verification,
 )
 from devs.domain.arguments import COMMANDS
@@ -133,6 +135,8 @@ ROUTES: dict[str, str] = {
     "record_gate": "{task}/gates",
     "report_entropy": "{task}/entropy",
     "log_lesson": "{task}/lessons",
+    "record_usage": "{task}/usage",
+    "raise_budget": "{task}/budget",
     "resume": "{task}/resume",
     "rewind": "{task}/rewind",
     "skip": "{task}/skip",
@@ -391,6 +395,8 @@ class HttpRecoveryClient:
     record_gate = _Sent(RecoveryApi.record_gate, GateDecision)
     report_entropy = _Sent(RecoveryApi.report_entropy, EntropyDecision)
     log_lesson = _Sent(RecoveryApi.log_lesson, Lesson)
+    record_usage = _Sent(RecoveryApi.record_usage, UsageDecision)
+    raise_budget = _Sent(RecoveryApi.raise_budget, BudgetAnswer)
     resume = _Sent(RecoveryApi.resume, ActionResult)
     rewind = _Sent(RecoveryApi.rewind, ActionResult)
     skip = _Sent(RecoveryApi.skip, ActionResult)

@@ -130,6 +130,11 @@ COMMAND_TOOLS = {
         "Report how uncertain you are, in [0, 1]; at the threshold a human is asked."
     ),
     "log_lesson": "Record a strategy that failed and why: it will be refused again.",
+    "record_usage": (
+        "Report a model call's tokens (and its cost, if you know it): at the "
+        "task's budget the task stops for a human. Give usage_id (the "
+        "message's id) so a usage reported twice counts once."
+    ),
 }
 """The service's commands an agent calls as tools, with what each tool tells
 the agent; their arguments are the commands' (:data:`COMMANDS`)."""
@@ -293,7 +298,7 @@ def build_server(
 
     if run_gates:
         server.tool(name="run_gate")(_tool_errors(run_gate_tool))
-    for command in ("report_entropy", "log_lesson"):
+    for command in ("report_entropy", "log_lesson", "record_usage"):
         server.tool(name=command)(_command_tool(command, service, run))
 
     @server.tool()
@@ -332,6 +337,7 @@ ANNOTATIONS = {
     "run_gate": RUNS_COMMAND,
     "report_entropy": RECORDS,
     "log_lesson": RECORDS,
+    "record_usage": RECORDS,  # idempotent only with a usage_id
     "task_status": READ_ONLY,
     "lessons": READ_ONLY,
 }

@@ -6,12 +6,14 @@ from devs.domain.application import RecoveryService
 from devs.domain.decisions import (
     ActionResult,
     AttemptDecision,
+    BudgetAnswer,
     EntropyDecision,
     GateDecision,
     HistoryEntry,
     Notification,
     Outcome,
     TaskSummary,
+    UsageDecision,
 )
 from devs.domain.errors import (
     AlreadyExists,
@@ -23,6 +25,7 @@ from devs.domain.errors import (
     InvalidInput,
     NotCaughtUp,
     NotFound,
+    OverBudget,
     PositionNotRecorded,
     StaleAnswer,
     StoreError,
@@ -47,11 +50,13 @@ from devs.domain.ports import (
     Verification,
 )
 from devs.domain.signals import GraphSuspended, suspend_if_stopped
+from devs.domain.task import Spend
 
 __all__ = [
     "ActionResult",
     "AlreadyExists",
     "AttemptDecision",
+    "BudgetAnswer",
     "Claimed",
     "Conflict",
     "DevsError",
@@ -71,12 +76,14 @@ __all__ = [
     "NotFound",
     "Notification",
     "Outcome",
+    "OverBudget",
     "PendingSession",
     "Policy",
     "PositionNotRecorded",
     "ReadModels",
     "RecoveryService",
     "RunState",
+    "Spend",
     "StaleAnswer",
     "StoreError",
     "StoreUnavailable",
@@ -87,6 +94,7 @@ __all__ = [
     "UnknownRun",
     "UnknownTask",
     "UnreadableEvent",
+    "UsageDecision",
     "Verification",
     "load_policy",
     "suspend_if_stopped",

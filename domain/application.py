@@ -39,12 +39,14 @@ from devs.domain.commands import (
 from devs.domain.decisions import (
     ActionResult,
     AttemptDecision,
+    BudgetAnswer,
     DeadlineResult,
     EntropyDecision,
     GateDecision,
     HistoryEntry,
     Notification,
     TaskSummary,
+    UsageDecision,
     action_result,
     attempt_decision,
     deadline_result,
@@ -93,13 +95,17 @@ from devs.domain.ports import (
 from devs.domain.receipt import Pending, Receipt
 from devs.domain.redaction import redact
 from devs.domain.run import Run
+from devs.domain.spend import price_of, prices_from
 from devs.domain.task import HumanSession, Task
 from devs.domain.values import (
     Actor,
     AgentName,
     AnsweredVersion,
     AwareTime,
+    BudgetTokens,
+    BudgetUsd,
     CommitId,
+    CostUsd,
     Dag,
     DeliveryStateName,
     EntropyScore,
@@ -110,6 +116,7 @@ from devs.domain.values import (
     Limit,
     Links,
     MessageId,
+    ModelName,
     OutputText,
     Position,
     RcaSummary,
@@ -121,6 +128,8 @@ from devs.domain.values import (
     StopScopeName,
     Strategy,
     TaskId,
+    TokenCount,
+    UsageId,
     Version,
     valid_position,
     validated,
@@ -194,6 +203,9 @@ class RecoveryService(TaskCommands):
             self.policy = policy if policy is not None else load_policy(self.env)
             self.read_wait = read_wait_of(self.env)
             """How long a query waits for the read models (``DEVS_READ_WAIT``)."""
+            self.prices = prices_from(self.env)
+            """What a model's tokens cost (:mod:`devs.domain.spend`; the
+            package's table and ``DEVS_PRICES``)."""
             factory: Callable[[RecoveryService], ReadModels] = resolve_topic(
                 self.env[READ_MODELS_TOPIC]
             )
@@ -376,6 +388,102 @@ class RecoveryService(TaskCommands):
             task_id, lambda t: t.report_entropy(score), answer
         )
         return decision
+
+    @api
+    def record_usage(
+        self,
+        task_id: TaskId,
+        *,
+        model: ModelName,
+        input_tokens: TokenCount,
+        output_tokens: TokenCount,
+        cache_read_tokens: TokenCount = 0,
+        cache_creation_tokens: TokenCount = 0,
+        cost_usd: CostUsd | None = None,
+        usage_id: UsageId | None = None,
+    ) -> UsageDecision:
+        """Count a model call's tokens against the task's budgets; its cost
+        is ``cost_usd`` when given, else priced now by the model's price
+        (``None`` when the model has none: its tokens still count). A
+        ``usage_id`` recorded before records nothing. Past the budget's
+        warning fraction a warning is recorded once; at or over a budget, a
+        working task pauses for a human (reason ``budget_exhausted``)."""
+        if cost_usd is None:
+            price = price_of(model, self.prices)
+            if price is not None:
+                cost_usd = price.cost(
+                    input_tokens,
+                    output_tokens,
+                    cache_read_tokens,
+                    cache_creation_tokens,
+                )
+
+        def decide(task: Task) -> bool:
+            return task.record_usage(
+                model=model,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                cache_read_tokens=cache_read_tokens,
+                cache_creation_tokens=cache_creation_tokens,
+                cost_usd=cost_usd,
+                usage_id=usage_id,
+            )
+
+        def answer(recorded: bool, task: Task, _: Run | None) -> UsageDecision:
+            new = [type(e) for e in task.pending_events]
+            paused = Task.Paused in new
+            return UsageDecision(
+                task_id=task.task_id,
+                recorded=recorded,
+                model=model,
+                cost_usd=cost_usd if recorded else None,
+                spend=task.spend(),
+                state=task.state,
+                triggered=paused,
+                warned=Task.BudgetWarned in new,
+                session_id=task.pending_session_id,
+            )
+
+        return self._command(task_id, decide, answer)
+
+    @api
+    def raise_budget(
+        self,
+        task_id: TaskId,
+        *,
+        usd: BudgetUsd | None = None,
+        tokens: BudgetTokens | None = None,
+        actor: Actor,
+        reason: Reason,
+        if_version: AnsweredVersion | None = None,
+    ) -> BudgetAnswer:
+        """A person sets the task's budget (USD, tokens or both) above what
+        it has spent; then resuming it is allowed. Like every answer it may
+        name the task's version it is for, and a claim holds it for its
+        claimer."""
+
+        def decide(task: Task) -> None:
+            task.raise_budget(
+                usd=usd,
+                tokens=tokens,
+                actor=actor,
+                reason=reason,
+                if_version=if_version,
+            )
+
+        def answer(_: None, task: Task, __: Run | None) -> BudgetAnswer:
+            raised = task.pending_events[-1]
+            assert isinstance(raised, Task.BudgetRaised)
+            return BudgetAnswer(
+                task_id=task.task_id,
+                actor=raised.actor,
+                reason=raised.reason,
+                spend=task.spend(),
+                state=task.state,
+                version=task.version,
+            )
+
+        return self._command(task_id, decide, answer)
 
     @api
     def log_lesson(

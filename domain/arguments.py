@@ -23,13 +23,17 @@ from devs.domain.values import (
     Actor,
     AgentName,
     AnsweredVersion,
+    BudgetTokens,
+    BudgetUsd,
     CommitId,
+    CostUsd,
     Dag,
     EntropyScore,
     ErrorText,
     ExitCode,
     GateName,
     Links,
+    ModelName,
     OutputText,
     RcaSummary,
     Reason,
@@ -38,6 +42,8 @@ from devs.domain.values import (
     StopScopeName,
     Strategy,
     TaskId,
+    TokenCount,
+    UsageId,
     validated,
     whole,
 )
@@ -49,7 +55,9 @@ __all__ = [
     "Claim",
     "LogLesson",
     "PolicyChanges",
+    "RaiseBudget",
     "RecordGate",
+    "RecordUsage",
     "Release",
     "ReportEntropy",
     "ResolveHandoff",
@@ -146,6 +154,53 @@ class ReportEntropy(Arguments):
 
     task_id: TaskId = TASK
     score: EntropyScore = Field(description="a finite number in [0, 1]")
+
+
+class RecordUsage(Arguments):
+    """Count a model call's tokens (and cost) against the task's budgets."""
+
+    task_id: TaskId = TASK
+    model: ModelName = Field(
+        description="the model's name as the agent reports it (`claude-sonnet-4-5`)"
+    )
+    input_tokens: TokenCount = Field(description="input tokens, the cache's apart")
+    output_tokens: TokenCount = Field(description="output tokens")
+    cache_read_tokens: TokenCount = Field(
+        default=0, description="input tokens read from the prompt cache"
+    )
+    cache_creation_tokens: TokenCount = Field(
+        default=0, description="input tokens written to the prompt cache"
+    )
+    cost_usd: CostUsd | None = Field(
+        default=None,
+        description=(
+            "what the call cost, in USD; null: priced by the model's price "
+            "(the package's table, or DEVS_PRICES)"
+        ),
+    )
+    usage_id: UsageId | None = Field(
+        default=None,
+        description=(
+            "what makes it count once (a model message's id): a usage_id "
+            "recorded before records nothing"
+        ),
+    )
+
+
+class RaiseBudget(Arguments):
+    """A person sets the task's budget above what it has spent."""
+
+    task_id: TaskId = TASK
+    usd: BudgetUsd | None = Field(
+        default=None, description="the task's budget in USD (above what it spent)"
+    )
+    tokens: BudgetTokens | None = Field(
+        default=None,
+        description="the task's budget in tokens (above what it used)",
+    )
+    actor: Actor = ACTOR
+    reason: Reason = REASON
+    if_version: AnsweredVersion | None = IF_VERSION
 
 
 class LogLesson(Arguments):
@@ -272,6 +327,8 @@ COMMANDS: dict[str, type[Arguments]] = {
     "record_gate": RecordGate,
     "report_entropy": ReportEntropy,
     "log_lesson": LogLesson,
+    "record_usage": RecordUsage,
+    "raise_budget": RaiseBudget,
     "resume": Resume,
     "rewind": Rewind,
     "skip": Skip,

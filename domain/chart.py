@@ -78,6 +78,9 @@ class Trigger(StrEnum):
     SKIP_BY_HUMAN = "skip_by_human"
     EXPIRE_DEADLINE = "expire_deadline"
     REMIND = "remind"
+    RECORD_USAGE = "record_usage"
+    WARN_BUDGET = "warn_budget"
+    RAISE_BUDGET = "raise_budget"
 
 
 def _states(states: tuple[TaskState, ...]) -> list[str]:
@@ -121,6 +124,17 @@ TRANSITIONS: list[dict[str, Any]] = [
         "dest": "HAND_OFF",
     },
     {"trigger": Trigger.REMIND, "source": ["ESCALATION", "PAUSED"], "dest": None},
+    # Spend: a model call's usage is a fact in any state (a transcript read
+    # after the task ended still counts); a warning, or a person raising the
+    # budget, while the task is unfinished. Going over the budget pauses a
+    # working task (PAUSE).
+    {
+        "trigger": Trigger.RECORD_USAGE,
+        "source": _states(tuple(TaskState)),
+        "dest": None,
+    },
+    {"trigger": Trigger.WARN_BUDGET, "source": _states(UNFINISHED), "dest": None},
+    {"trigger": Trigger.RAISE_BUDGET, "source": _states(UNFINISHED), "dest": None},
 ]
 
 MACHINE_SPEC: dict[str, Any] = {

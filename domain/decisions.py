@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from devs.domain import blacklist
 from devs.domain.chart import STATUS, TaskState
@@ -26,6 +26,7 @@ from devs.domain.task import (
     FailureRecord,
     HandoffPayload,
     HumanSession,
+    Spend,
     Task,
 )
 
@@ -65,6 +66,9 @@ class TaskSummary(Immutable):
     links: dict[str, str] | None = None
     """What the agent's side knows of the task (``transcript``, ``branch``,
     ``pr``…), as given when it started."""
+    spend: Spend | None = None
+    """What its model calls spent, and its budgets (``None``: no usage
+    recorded and no budget set)."""
 
 
 class AttemptDecision(Immutable):
@@ -106,6 +110,43 @@ class EntropyDecision(Immutable):
     triggered: bool
     session_id: str | None
     state: TaskState
+
+
+class UsageDecision(Immutable):
+    """What recording a model call's usage decided."""
+
+    task_id: str
+    recorded: bool
+    """``False``: a usage with this ``usage_id`` was recorded before, and
+    nothing was (a hook that reads a transcript again)."""
+    model: str
+    cost_usd: float | None
+    """This usage's cost (``None``: the model has no price)."""
+    spend: Spend
+    """What the task has spent now, and its budgets."""
+    state: TaskState
+    triggered: bool
+    """Whether this usage paused the task for its budget."""
+    warned: bool
+    """Whether it recorded the budget's warning."""
+    session_id: str | None
+    """The human session the task waits on, if any."""
+
+
+class BudgetAnswer(Immutable):
+    """A person's raise of a task's budget."""
+
+    task_id: str
+    action: Literal["raise_budget"] = "raise_budget"
+    """What the person did (a human answer, as :class:`ActionResult`'s)."""
+    actor: str
+    reason: str
+    spend: Spend
+    """What the task has spent, and its budgets now."""
+    state: TaskState
+    version: int
+    """The task's version after the raise (the ``If-Match`` of the next
+    answer: resume it)."""
 
 
 class ActionResult(Immutable):
@@ -164,6 +205,8 @@ class Notification(Immutable):
     session_id: str | None = None
     reason: str | None = None
     failure_count: int | None = None
+    spend: Spend | None = None
+    """A budget's warning or stop: what the task spent, and its budgets."""
 
 
 # --------------------------------------------------------------- building them
@@ -290,6 +333,17 @@ def task_summary(task: Task) -> TaskSummary:
         modified_on=task.modified_on,
         stuck=task.stuck,
         links=task.links,
+        spend=task.spend() if task.usage is not None or _budgeted(task) else None,
+    )
+
+
+def _budgeted(task: Task) -> bool:
+    policy = task.policy
+    return (
+        task.budget_usd is not None
+        or task.budget_tokens is not None
+        or policy.task_budget_usd is not None
+        or policy.task_budget_tokens is not None
     )
 
 

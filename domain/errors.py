@@ -171,6 +171,18 @@ class Claimed(DevsError):
         self.claimed_by = claimed_by
 
 
+class OverBudget(DevsError):
+    """The task has spent its budget (money or tokens): it may not go back to
+    work until a person raises the budget past what it spent. Nothing was
+    written. HTTP 409."""
+
+    kind = "over_budget"
+
+    def __init__(self, message: str, *, task_id: str | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
 class Conflict(DevsError):
     """Other writers changed the task (or run) under every retry of a command;
     nothing was written, and the command may be sent again."""

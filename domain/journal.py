@@ -30,7 +30,7 @@ from devs.domain.operators import Operators
 from devs.domain.receipt import Receipt
 from devs.domain.redaction import excerpt
 from devs.domain.run import Run
-from devs.domain.task import Task, TaskEvent, task_id_of
+from devs.domain.task import Spend, Task, TaskEvent, task_id_of
 from devs.domain.vocabulary import kind_of, log_event
 
 logger = logging.getLogger("devs.decisions")
@@ -147,6 +147,10 @@ def _(e: Task.Paused) -> Line:
         return log_event(Task.Paused, 1), _task(
             e, session_id=session.session_id, entropy_score=session.entropy_score
         )
+    if session.reason is SessionReason.BUDGET_EXHAUSTED and session.spend:
+        return log_event(Task.Paused, 2), _task(
+            e, session_id=session.session_id, **_spend(session.spend)
+        )
     return log_event(Task.Paused), _task(
         e, session_id=session.session_id, reason=session.reason
     )
@@ -156,6 +160,41 @@ def _(e: Task.Paused) -> Line:
 def _(e: Task.EntropyMeasured) -> Line:
     return log_event(Task.EntropyMeasured), _task(
         e, score=e.score, threshold=e.threshold
+    )
+
+
+def _spend(spend: Spend) -> dict[str, Any]:
+    """A spend's figures for a log line (a budget not set left out)."""
+    figures = spend.model_dump()
+    return {name: value for name, value in figures.items() if value is not None}
+
+
+@describe.register
+def _(e: Task.UsageRecorded) -> Line:
+    return log_event(Task.UsageRecorded), _task(
+        e,
+        model=e.model,
+        input_tokens=e.input_tokens,
+        output_tokens=e.output_tokens,
+        cache_read_tokens=e.cache_read_tokens,
+        cache_creation_tokens=e.cache_creation_tokens,
+        cost_usd=e.cost_usd,
+    )
+
+
+@describe.register
+def _(e: Task.BudgetWarned) -> Line:
+    return log_event(Task.BudgetWarned), _task(e, warn=e.warn, **_spend(e.spend))
+
+
+@describe.register
+def _(e: Task.BudgetRaised) -> Line:
+    return log_event(Task.BudgetRaised), _task(
+        e,
+        actor=e.actor,
+        reason=excerpt(e.reason, 200),
+        budget_usd=e.budget_usd,
+        budget_tokens=e.budget_tokens,
     )
 
 
@@ -320,6 +359,7 @@ def _(e: Task.Paused, position: int) -> Notification:
         position,
         session_id=e.session.session_id,
         reason=e.session.reason,
+        spend=e.session.spend,
     )
 
 
@@ -344,6 +384,11 @@ def _(e: Task.DeadlineExpired, position: int) -> Notification:
         reason=HUMAN_DEADLINE,
         failure_count=e.payload.failure_count,
     )
+
+
+@notification.register
+def _(e: Task.BudgetWarned, position: int) -> Notification:
+    return _notice(e, position, reason="budget_warned", spend=e.spend)
 
 
 @notification.register

@@ -16,6 +16,7 @@ class SessionReason(StrEnum):
     MAX_RETRIES = "max_retries"
     BLACKLISTED_STRATEGY = "blacklisted_strategy"
     ENTROPY_LIMIT = "entropy_limit"
+    BUDGET_EXHAUSTED = "budget_exhausted"
 
 
 class Resolution(StrEnum):
@@ -50,6 +51,7 @@ class MessageType(StrEnum):
     DEADLINE_EXPIRED = "deadline.expired"
     DEADLINE_REMINDER = "deadline.reminder"
     TASK_COMPLETED = "task.completed"
+    BUDGET_WARNED = "budget.warned"
 
 
 class StopScope(StrEnum):
@@ -113,6 +115,7 @@ class NotificationKind(StrEnum):
     TASK_PAUSED = "TASK_PAUSED"
     HAND_OFF_REQUIRED = "HAND_OFF_REQUIRED"
     BLACKLISTED_STRATEGY_ATTEMPTED = "BLACKLISTED_STRATEGY_ATTEMPTED"
+    BUDGET_WARNED = "BUDGET_WARNED"
 
     @classmethod
     def _missing_(cls, value: object) -> NotificationKind | None:
@@ -152,6 +155,10 @@ class LogEvent(StrEnum):
     HUMAN_ACTION = "HUMAN_ACTION"
     DEADLINE_EXPIRED = "DEADLINE_EXPIRED"
     DEADLINE_REMINDED = "DEADLINE_REMINDED"
+    USAGE_RECORDED = "USAGE_RECORDED"
+    BUDGET_WARNED = "BUDGET_WARNED"
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+    BUDGET_RAISED = "BUDGET_RAISED"
     RUN_STARTED = "RUN_STARTED"
     RUN_NODE_STARTED = "RUN_NODE_STARTED"
     RUN_NODE_SETTLED = "RUN_NODE_SETTLED"

@@ -212,6 +212,7 @@ def _(e: Task.Escalated, position: int) -> OutboxMessage:
 
 @_message_of.register
 def _(e: Task.Paused, position: int) -> OutboxMessage:
+    spend = e.session.spend
     return _message(
         e,
         position,
@@ -219,6 +220,14 @@ def _(e: Task.Paused, position: int) -> OutboxMessage:
         session_id=e.session.session_id,
         entropy_score=e.session.entropy_score,
         deadline_at=_deadline(e.session),
+        spend=spend.model_dump() if spend is not None else None,
+    )
+
+
+@_message_of.register
+def _(e: Task.BudgetWarned, position: int) -> OutboxMessage:
+    return _message(
+        e, position, reason="budget_warned", warn=e.warn, spend=e.spend.model_dump()
     )
 
 
@@ -358,7 +367,8 @@ def _state_after(e: TaskEvent) -> TaskState:
         Task.DeadlineReminded
         | Task.HandoffClaimed
         | Task.ClaimReleased
-        | Task.ClaimTakenOver,
+        | Task.ClaimTakenOver
+        | Task.BudgetWarned,
     ):
         return TaskState(e.waiting_in)
     return e.state_after(sources(_trigger_of(e))[0])

@@ -100,10 +100,63 @@ class Thresholds(BaseModel):
             "wait forever."
         ),
     )
+    task_budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=1_000_000,
+        allow_inf_nan=False,
+        description=(
+            "USD a task may spend on model calls; at or over it, a working task "
+            "pauses for a human (reason budget_exhausted). None: unlimited."
+        ),
+    )
+    task_budget_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**12,
+        description=(
+            "Tokens a task may use (input, output and cache, all counted); at "
+            "or over it, a working task pauses for a human. None: unlimited."
+        ),
+    )
+    run_budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=1_000_000,
+        allow_inf_nan=False,
+        description=(
+            "USD the tasks of a run may spend together, recorded with each "
+            "task's start (not enforced yet). None: unlimited."
+        ),
+    )
+    budget_warn: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description=(
+            "The fraction of a budget at which a warning is recorded once "
+            "(BudgetWarned: a notification and a budget.warned message). "
+            "None: 0.8."
+        ),
+    )
+
+
+BUDGET_WARN = 0.8
+"""The warning fraction of a budget when the policy sets none."""
 
 
 class Policy(Value, Thresholds):
-    """Thresholds in force for a task (stored in its ``Started`` event)."""
+    """Thresholds in force for a task (stored in its ``Started`` event).
+
+    Every field added after the first release defaults to ``None``: a task's
+    ``Started`` event is hashed without its nulls (:mod:`devs.domain.chain`),
+    so an event recorded before the field existed hashes as it did."""
+
+    @property
+    def warn_at(self) -> float:
+        """The fraction of a budget at which a warning is recorded."""
+        return BUDGET_WARN if self.budget_warn is None else self.budget_warn
 
     def changed(self, changes: Mapping[str, object]) -> Policy:
         """This policy with ``changes`` (field name -> value; ``None`` keeps

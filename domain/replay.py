@@ -41,6 +41,9 @@ HUMAN_INPUTS = (
     Task.ClaimTakenOver,
     Task.HandoffResolved,
 )
+NOT_ANSWERS = (Task.LessonLogged, Task.UsageRecorded, Task.BudgetRaised)
+"""Inputs that may come while a task waits for a human without answering
+it: what-if assumes no resume before them."""
 DEADLINE_INPUTS = (Task.DeadlineExpired, Task.DeadlineReminded)
 """The clock's inputs: a session's deadline passed, or came near. Like a
 human's answer, each one answers a stop, and is replayed as recorded (never
@@ -52,9 +55,9 @@ def is_input(event: Any) -> bool:
     """Whether ``event`` is something reported to the referee (not decided by it).
 
     A pause is an input when an entropy score reported by the orchestrator
-    caused it; a pause for a blacklisted strategy or a derived stuck score is
-    a decision. A deadline's expiry or reminder is an input: the sweeper
-    reports that the clock reached it.
+    caused it; a pause for a blacklisted strategy, a derived stuck score or a
+    budget is a decision, as is a budget's warning. A deadline's expiry or
+    reminder is an input: the sweeper reports that the clock reached it.
     """
     if isinstance(event, Task.Paused):
         session = event.session
@@ -62,7 +65,9 @@ def is_input(event: Any) -> bool:
             session.reason is SessionReason.ENTROPY_LIMIT
             and session.entropy_source != "derived"
         )
-    return not isinstance(event, (Task.Started, Task.Escalated, Task.HandedOff))
+    return not isinstance(
+        event, (Task.Started, Task.Escalated, Task.HandedOff, Task.BudgetWarned)
+    )
 
 
 def feed(task: Task, event: Any) -> None:
@@ -116,6 +121,24 @@ def feed(task: Task, event: Any) -> None:
             task.expire_deadline(now=None)
         case Task.DeadlineReminded():
             task.remind_deadline(now=None, before=0)
+        case Task.UsageRecorded():  # at the cost recorded: no price read again
+            task.record_usage(
+                model=event.model,
+                input_tokens=event.input_tokens,
+                output_tokens=event.output_tokens,
+                cache_read_tokens=event.cache_read_tokens,
+                cache_creation_tokens=event.cache_creation_tokens,
+                cost_usd=event.cost_usd,
+                usage_id=event.usage_id,
+            )
+        case Task.BudgetRaised():
+            task.raise_budget(
+                usd=event.budget_usd,
+                tokens=event.budget_tokens,
+                actor=event.actor,
+                reason=event.reason,
+                as_recorded=True,
+            )
         case _:
             msg = f"{type(event).__name__} is not an input"
             raise TypeError(msg)
@@ -328,9 +351,7 @@ def what_if(events: Sequence[Any], policy: Policy) -> TaskWhatIf:
             ):
                 dropped += 1  # it answered a stop this policy did not make
                 continue
-        elif task.pending_session is not None and not isinstance(
-            event, Task.LessonLogged
-        ):
+        elif task.pending_session is not None and not isinstance(event, NOT_ANSWERS):
             task.resume(
                 actor=ASSUMED_ACTOR, reason="assumed answered at once", as_recorded=True
             )

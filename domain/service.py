@@ -25,11 +25,13 @@ if TYPE_CHECKING:
     from devs.domain.decisions import (
         ActionResult,
         AttemptDecision,
+        BudgetAnswer,
         EntropyDecision,
         GateDecision,
         HistoryEntry,
         Notification,
         TaskSummary,
+        UsageDecision,
     )
     from devs.domain.policy import Policy
     from devs.domain.ports import (
@@ -102,6 +104,30 @@ class RecoveryApi(Protocol):
     ) -> GateDecision: ...
 
     def report_entropy(self, task_id: str, score: float) -> EntropyDecision: ...
+
+    def record_usage(
+        self,
+        task_id: str,
+        *,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_tokens: int = 0,
+        cache_creation_tokens: int = 0,
+        cost_usd: float | None = None,
+        usage_id: str | None = None,
+    ) -> UsageDecision: ...
+
+    def raise_budget(
+        self,
+        task_id: str,
+        *,
+        usd: float | None = None,
+        tokens: int | None = None,
+        actor: str,
+        reason: str,
+        if_version: int | None = None,
+    ) -> BudgetAnswer: ...
 
     def log_lesson(
         self, task_id: str, failed_strategy: str, rca_summary: str

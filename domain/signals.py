@@ -7,6 +7,7 @@ from devs.domain.decisions import (
     EntropyDecision,
     GateDecision,
     Outcome,
+    UsageDecision,
 )
 from devs.domain.names import HAND_OFF_REQUIRED, SessionReason
 
@@ -33,9 +34,16 @@ class GraphSuspended(BaseException):
 
 
 def suspend_if_stopped(
-    decision: AttemptDecision | GateDecision | EntropyDecision,
+    decision: AttemptDecision | GateDecision | EntropyDecision | UsageDecision,
 ) -> None:
-    """Raise :class:`GraphSuspended` when ``decision`` stops the agent."""
+    """Raise :class:`GraphSuspended` when ``decision`` stops the agent (a
+    usage that spent the task's budget too)."""
+    if isinstance(decision, UsageDecision):
+        if decision.triggered:
+            raise GraphSuspended(
+                decision.task_id, decision.session_id, SessionReason.BUDGET_EXHAUSTED
+            )
+        return
     if isinstance(decision, EntropyDecision):
         if decision.triggered:
             raise GraphSuspended(

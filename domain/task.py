@@ -15,8 +15,14 @@ from eventsourcing.domain import datetime_now_with_tzinfo, event
 from eventsourcing.utils import register_topic
 
 from devs.domain import blacklist, chain
-from devs.domain.chart import WORKING, TaskState, Trigger, destination
-from devs.domain.errors import Claimed, IllegalTransition, InvalidInput, StaleAnswer
+from devs.domain.chart import UNFINISHED, WORKING, TaskState, Trigger, destination
+from devs.domain.errors import (
+    Claimed,
+    IllegalTransition,
+    InvalidInput,
+    OverBudget,
+    StaleAnswer,
+)
 from devs.domain.gate import GateResult
 from devs.domain.model import (
     Aggregate,
@@ -86,6 +92,92 @@ EntropySource = Literal["reported", "derived"]
 referee's stuck detection in ``gate`` mode."""
 
 
+class Usage(Value):
+    """The tokens and money a task's model calls used, summed."""
+
+    spent_usd: float = 0.0
+    """The cost of every usage whose model had a price."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    unknown_cost_tokens: int = 0
+    """The tokens of usages whose model had no price (counted in ``tokens``,
+    not in ``spent_usd``)."""
+
+    @property
+    def tokens(self) -> int:
+        """Every token counted: input, output, cache reads and cache writes."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_creation_tokens
+        )
+
+
+class Spend(Value):
+    """What a task spent on model calls, and its budgets: in a budget stop's
+    session, a usage's answer and the task's summary."""
+
+    spent_usd: float
+    budget_usd: float | None
+    """``None``: no budget in money."""
+    tokens: int
+    """Every token counted: input, output, cache reads and cache writes."""
+    budget_tokens: int | None
+    """``None``: no budget in tokens."""
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_creation_tokens: int
+    unknown_cost_tokens: int
+    """The tokens of usages whose model had no price (in ``tokens``, not in
+    ``spent_usd``)."""
+
+    @classmethod
+    def counted(
+        cls, usage: Usage, budget_usd: float | None, budget_tokens: int | None
+    ) -> Spend:
+        """``usage`` against these budgets."""
+        return cls(
+            spent_usd=usage.spent_usd,
+            budget_usd=budget_usd,
+            tokens=usage.tokens,
+            budget_tokens=budget_tokens,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_creation_tokens=usage.cache_creation_tokens,
+            unknown_cost_tokens=usage.unknown_cost_tokens,
+        )
+
+    @property
+    def used(self) -> float:
+        """The larger share of a budget spent (0 without budgets)."""
+        shares = [0.0]
+        if self.budget_usd is not None:
+            shares.append(self.spent_usd / self.budget_usd)
+        if self.budget_tokens is not None:
+            shares.append(self.tokens / self.budget_tokens)
+        return max(shares)
+
+    @property
+    def over_usd(self) -> bool:
+        """Whether the budget in money is spent (at or over it)."""
+        return self.budget_usd is not None and self.spent_usd >= self.budget_usd
+
+    @property
+    def over_tokens(self) -> bool:
+        """Whether the budget in tokens is spent (at or over it)."""
+        return self.budget_tokens is not None and self.tokens >= self.budget_tokens
+
+    @property
+    def over(self) -> bool:
+        """Whether a budget is spent."""
+        return self.over_usd or self.over_tokens
+
+
 class HumanSession(Value):
     """A pending request for a human decision."""
 
@@ -97,6 +189,8 @@ class HumanSession(Value):
     deadline_at: datetime | None = None
     """When the task is handed off unless a human answers first: ``opened_at``
     plus the policy's ``human_deadline`` (``None``: no deadline)."""
+    spend: Spend | None = None
+    """A budget stop's spend and budgets (reason ``budget_exhausted``)."""
 
 
 class FailureAnalysisReport(Value):
@@ -152,6 +246,11 @@ class TaskSnapshotState(SnapshotState):
     stuck: StuckAssessment | None = None
     reminded_session_id: str | None = None
     links: dict[str, str] | None = None
+    usage: Usage | None = None
+    usage_ids: set[str] | None = None
+    budget_usd: float | None = None
+    budget_tokens: int | None = None
+    warned_at: tuple[float | None, int | None] | None = None
 
 
 class TaskEvent(Aggregate.Event):
@@ -360,6 +459,43 @@ class Task(Aggregate):
         reason: str
         waiting_in: TaskState
 
+    class UsageRecorded(TaskEvent):
+        """A model call's tokens, and its cost as priced when recorded
+        (``None``: the model had no price; its tokens still count)."""
+
+        TOPIC: ClassVar[str] = "devs:Task.UsageRecorded"
+        trigger = Trigger.RECORD_USAGE
+        model: str
+        input_tokens: int
+        output_tokens: int
+        cache_read_tokens: int = 0
+        cache_creation_tokens: int = 0
+        cost_usd: float | None = None
+        usage_id: str | None = None
+
+    class BudgetWarned(TaskEvent):
+        """The task has spent the policy's warning fraction of a budget."""
+
+        TOPIC: ClassVar[str] = "devs:Task.BudgetWarned"
+        trigger = Trigger.WARN_BUDGET
+        spend: Spend
+        warn: float
+        """The fraction it crossed (the policy's ``budget_warn``)."""
+        waiting_in: TaskState
+        """The state the task is in, which a warning leaves as it is (so its
+        message names it without a fold of the task)."""
+
+    class BudgetRaised(TaskEvent):
+        """A person set the task's budget (money, tokens or both) above what
+        it spent."""
+
+        TOPIC: ClassVar[str] = "devs:Task.BudgetRaised"
+        trigger = Trigger.RAISE_BUDGET
+        actor: str
+        reason: str
+        budget_usd: float | None = None
+        budget_tokens: int | None = None
+
     class HandoffResolved(TaskEvent):
         TOPIC: ClassVar[str] = "devs:Task.HandoffResolved"
         actor: str
@@ -406,6 +542,8 @@ class Task(Aggregate):
         self.__dict__.setdefault("_chained", self._chain_head is not None)
         self.__dict__.setdefault("stuck", None)
         self.__dict__.setdefault("reminded_session_id", None)
+        for name in ("usage", "usage_ids", "budget_usd", "budget_tokens", "warned_at"):
+            self.__dict__.setdefault(name, None)
 
     def __eq__(self, other: object) -> bool:
         """Equal state and chain head (however far each has computed it)."""
@@ -446,6 +584,11 @@ class Task(Aggregate):
         self.stuck: StuckAssessment | None = None
         self.reminded_session_id: str | None = None
         self.links = dict(links) if links else None
+        self.usage: Usage | None = None
+        self.usage_ids: set[str] | None = None
+        self.budget_usd: float | None = None
+        self.budget_tokens: int | None = None
+        self.warned_at: tuple[float | None, int | None] | None = None
 
     # ----------------------------------------------------------------- derived
 
@@ -461,6 +604,17 @@ class Task(Aggregate):
             if failure.strategy:
                 seen.setdefault(failure.strategy, None)
         return tuple(seen)
+
+    def spend(self) -> Spend:
+        """What the task spent, and its budgets (a person's raise, else the
+        policy's)."""
+        budget_usd = self.budget_usd
+        if budget_usd is None:
+            budget_usd = self.policy.task_budget_usd
+        budget_tokens = self.budget_tokens
+        if budget_tokens is None:
+            budget_tokens = self.policy.task_budget_tokens
+        return Spend.counted(self.usage or Usage(), budget_usd, budget_tokens)
 
     def report(self) -> FailureAnalysisReport:
         last = self.failures[-1] if self.failures else None
@@ -645,6 +799,115 @@ class Task(Aggregate):
         self._pause(session=session)
         return session
 
+    def record_usage(
+        self,
+        *,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_tokens: int = 0,
+        cache_creation_tokens: int = 0,
+        cost_usd: float | None,
+        usage_id: str | None = None,
+    ) -> bool:
+        """Count a model call's tokens and cost (already priced: ``None`` is
+        an unknown cost); whether it was recorded (a ``usage_id`` recorded
+        before is not, again). Past the warning fraction of a budget, a
+        warning is recorded once per budget; at or over a budget, a working
+        task pauses for a human (reason ``budget_exhausted``)."""
+        destination(Trigger.RECORD_USAGE, self.state)
+        if usage_id is not None and self.usage_ids and usage_id in self.usage_ids:
+            return False
+        self._record_usage(
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cache_read_tokens,
+            cache_creation_tokens=cache_creation_tokens,
+            cost_usd=cost_usd,
+            usage_id=usage_id,
+        )
+        self._judge_spend()
+        return True
+
+    def _judge_spend(self) -> None:
+        """After a usage: pause a working task over its budget; else warn
+        once per budget past the warning fraction."""
+        spend = self.spend()
+        if spend.over:  # stopped for it now, or waiting, or done: no warning
+            if self.state in WORKING and self.pending_session is None:
+                self._pause(
+                    session=self._new_session(
+                        SessionReason.BUDGET_EXHAUSTED, spend=spend
+                    )
+                )
+            return
+        budgets = (spend.budget_usd, spend.budget_tokens)
+        warn = self.policy.warn_at
+        if (
+            spend.used >= warn
+            and self.warned_at != budgets
+            and self.state in UNFINISHED
+        ):
+            self._warn_budget(spend=spend, warn=warn, waiting_in=self.state)
+
+    def raise_budget(
+        self,
+        *,
+        usd: float | None,
+        tokens: int | None,
+        actor: str,
+        reason: str,
+        if_version: int | None = None,
+        as_recorded: bool = False,
+    ) -> None:
+        """A person sets the task's budget to ``usd`` and/or ``tokens``, each
+        above what the task has spent of it; refused (nothing written) if
+        neither is given, one is not above the spend, the task moved past
+        ``if_version``, or someone else claimed its stop."""
+        self._answering(if_version)
+        destination(Trigger.RAISE_BUDGET, self.state)
+        self._unclaimed(redact(actor), as_recorded)
+        if usd is None and tokens is None:
+            msg = "raise_budget needs usd, tokens or both: the budget to set"
+            raise InvalidInput(msg, field="usd")
+        spent = self.spend()
+        if usd is not None and usd <= spent.spent_usd:
+            msg = (
+                f"usd {usd:g} is not above what task {self.task_id!r} has spent "
+                f"(USD {spent.spent_usd:.6g}): set a budget above it"
+            )
+            raise InvalidInput(msg, field="usd")
+        if tokens is not None and tokens <= spent.tokens:
+            msg = (
+                f"tokens {tokens:,} is not above what task {self.task_id!r} has "
+                f"used ({spent.tokens:,} tokens): set a budget above it"
+            )
+            raise InvalidInput(msg, field="tokens")
+        self._raise_budget(
+            actor=redact(actor),
+            reason=redact(reason),
+            budget_usd=usd,
+            budget_tokens=tokens,
+        )
+
+    def _within_budget(self) -> None:
+        """Refuse to send a task over its budget back to work."""
+        spend = self.spend()
+        if not spend.over:
+            return
+        which = []
+        if spend.over_usd:
+            which.append(f"USD {spend.spent_usd:.6g} of {spend.budget_usd:g}")
+        if spend.over_tokens:
+            which.append(f"{spend.tokens:,} of {spend.budget_tokens:,} tokens")
+        msg = (
+            f"task {self.task_id!r} has spent its budget ({'; '.join(which)}): "
+            f"raise it first (`devs budget {self.task_id} --usd N`, "
+            f"POST /tasks/{self.task_id}/budget, or raise_budget), then resume"
+        )
+        raise OverBudget(msg, task_id=self.task_id)
+
     def log_lesson(self, strategy: str, rca_summary: str) -> Task.LessonLogged:
         """Record a lesson; the same strategy again replaces the summary."""
         destination(Trigger.LOG_LESSON, self.state)
@@ -680,6 +943,8 @@ class Task(Aggregate):
         destination(Trigger.RESUME, self.state)
         clean_actor = redact(actor)
         self._unclaimed(clean_actor, as_recorded)
+        if not as_recorded:
+            self._within_budget()
         session_id = self.pending_session_id
         self._resume(actor=clean_actor, reason=redact(reason), session_id=session_id)
         return session_id
@@ -921,6 +1186,7 @@ class Task(Aggregate):
         reason: SessionReason,
         entropy_score: float | None = None,
         source: EntropySource | None = None,
+        spend: Spend | None = None,
     ) -> HumanSession:
         opened_at = datetime_now_with_tzinfo()
         deadline = self.policy.human_deadline
@@ -930,6 +1196,7 @@ class Task(Aggregate):
             opened_at=opened_at,
             entropy_score=entropy_score,
             entropy_source=source,
+            spend=spend,
             deadline_at=(
                 opened_at + timedelta(seconds=deadline)
                 if deadline is not None
@@ -1072,6 +1339,53 @@ class Task(Aggregate):
         self, actor: str, previous: str, reason: str, waiting_in: TaskState
     ) -> None:
         self.claimed_by = actor
+
+    @event(UsageRecorded)
+    def _record_usage(
+        self,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_tokens: int = 0,
+        cache_creation_tokens: int = 0,
+        cost_usd: float | None = None,
+        usage_id: str | None = None,
+    ) -> None:
+        was = self.usage or Usage()
+        tokens = input_tokens + output_tokens + cache_read_tokens
+        tokens += cache_creation_tokens
+        self.usage = Usage(
+            # Rounded to a nano-dollar: ten usages of 0.1 spend 1.0, not
+            # 0.9999999999999999 (and a replay adds the same way).
+            spent_usd=round(was.spent_usd + (cost_usd or 0.0), 9),
+            input_tokens=was.input_tokens + input_tokens,
+            output_tokens=was.output_tokens + output_tokens,
+            cache_read_tokens=was.cache_read_tokens + cache_read_tokens,
+            cache_creation_tokens=was.cache_creation_tokens + cache_creation_tokens,
+            unknown_cost_tokens=was.unknown_cost_tokens
+            + (tokens if cost_usd is None else 0),
+        )
+        if usage_id is not None:
+            if self.usage_ids is None:
+                self.usage_ids = set()
+            self.usage_ids.add(usage_id)
+
+    @event(BudgetWarned)
+    def _warn_budget(self, spend: Spend, warn: float, waiting_in: TaskState) -> None:
+        self.warned_at = (spend.budget_usd, spend.budget_tokens)
+
+    @event(BudgetRaised)
+    def _raise_budget(
+        self,
+        actor: str,
+        reason: str,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+    ) -> None:
+        if budget_usd is not None:
+            self.budget_usd = budget_usd
+        if budget_tokens is not None:
+            self.budget_tokens = budget_tokens
 
     @event(HandoffResolved)
     def _resolve(self, actor: str, reason: str, resolution: Resolution) -> None:

@@ -71,11 +71,16 @@ __all__ = [
     "STATES",
     "STRATEGY_MAX",
     "SUMMARY_MAX",
+    "TOKENS_MAX",
+    "USD_MAX",
     "Actor",
     "AgentName",
     "AnsweredVersion",
     "AwareTime",
+    "BudgetTokens",
+    "BudgetUsd",
     "CommitId",
+    "CostUsd",
     "Dag",
     "DeliveryStateName",
     "EntropyScore",
@@ -85,6 +90,7 @@ __all__ = [
     "Limit",
     "Links",
     "MessageId",
+    "ModelName",
     "NodeId",
     "OutputText",
     "Position",
@@ -96,6 +102,8 @@ __all__ = [
     "StopScopeName",
     "Strategy",
     "TaskId",
+    "TokenCount",
+    "UsageId",
     "Version",
     "Wording",
     "cut",
@@ -390,6 +398,10 @@ AgentName = Annotated[
 ]
 """An agent or gate name: 1-200 characters, one line, not blank; redacted."""
 GateName = AgentName
+ModelName = AgentName
+"""A model's name as its agent reports it (``claude-sonnet-4-5-20250929``)."""
+UsageId = TaskId
+"""What makes a usage record once: a model message's id (``msg_…``)."""
 
 
 class _KeysNamed:
@@ -568,6 +580,72 @@ EntropyScore = Annotated[
 
 Version = Annotated[int, Field(strict=True), Wording(_version)]
 """An event number (its range depends on the task, so is checked there)."""
+
+TOKENS_MAX = 10**12
+"""The most tokens one usage record, or a token budget, may count."""
+USD_MAX = 1_000_000.0
+"""The most USD one usage record's cost, or a budget, may be."""
+
+
+def _tokens(name: str, error: ErrorDetails, loc: Loc) -> str:
+    return (
+        f"{name} must be a whole number of tokens in [0, {TOKENS_MAX:,}], "
+        f"got {_got(error['input'])}"
+    )
+
+
+def _budget_tokens(name: str, error: ErrorDetails, loc: Loc) -> str:
+    return (
+        f"{name} must be a whole number of tokens in [1, {TOKENS_MAX:,}], "
+        f"got {_got(error['input'])}"
+    )
+
+
+def _usd(name: str, error: ErrorDetails, loc: Loc) -> str:
+    value = error["input"]
+    shown = float(value) if isinstance(value, float) else _got(value)
+    return f"{name} must be a finite number of USD in [0, {USD_MAX:,.0f}], got {shown}"
+
+
+def _budget_usd(name: str, error: ErrorDetails, loc: Loc) -> str:
+    value = error["input"]
+    shown = float(value) if isinstance(value, float) else _got(value)
+    return (
+        f"{name} must be a finite number of USD over 0, at most "
+        f"{USD_MAX:,.0f}, got {shown}"
+    )
+
+
+TokenCount = Annotated[
+    int,
+    Field(strict=True, ge=0, le=TOKENS_MAX),
+    BeforeValidator(whole),
+    Wording(_tokens),
+]
+"""A count of tokens of one kind: an int in [0, 10**12]."""
+
+BudgetTokens = Annotated[
+    int,
+    Field(strict=True, ge=1, le=TOKENS_MAX),
+    BeforeValidator(whole),
+    Wording(_budget_tokens),
+]
+"""A token budget: an int in [1, 10**12]."""
+
+CostUsd = Annotated[
+    float,
+    Field(strict=True, allow_inf_nan=False, ge=0.0, le=USD_MAX),
+    Wording(_usd),
+]
+"""What a model call cost, in USD: a finite number in [0, 1,000,000]; an int
+is accepted and becomes a float."""
+
+BudgetUsd = Annotated[
+    float,
+    Field(strict=True, allow_inf_nan=False, gt=0.0, le=USD_MAX),
+    Wording(_budget_usd),
+]
+"""A budget in USD: a finite number over 0, at most 1,000,000."""
 
 
 VERSION_MAX = 2**63 - 1

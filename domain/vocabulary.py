@@ -98,7 +98,11 @@ VOCABULARY: MappingProxyType[type[Any], Words] = MappingProxyType(
             ),
         ),
         Task.Paused: Words(
-            log=(LogEvent.TASK_PAUSED, LogEvent.ENTROPY_LIMIT),
+            log=(
+                LogEvent.TASK_PAUSED,
+                LogEvent.ENTROPY_LIMIT,
+                LogEvent.BUDGET_EXHAUSTED,
+            ),
             kind=NotificationKind.TASK_PAUSED,
             outbox=(
                 Said(
@@ -211,6 +215,19 @@ VOCABULARY: MappingProxyType[type[Any], Words] = MappingProxyType(
                 ),
             ),
         ),
+        Task.UsageRecorded: Words(log=(LogEvent.USAGE_RECORDED,)),
+        Task.BudgetWarned: Words(
+            log=(LogEvent.BUDGET_WARNED,),
+            kind=NotificationKind.BUDGET_WARNED,
+            outbox=(
+                Said(
+                    type=MessageType.BUDGET_WARNED,
+                    headline="{task} has spent {why}",
+                    otherwise="{task} has spent most of its budget",
+                ),
+            ),
+        ),
+        Task.BudgetRaised: Words(log=(LogEvent.BUDGET_RAISED,)),
         Run.Started: Words(log=(LogEvent.RUN_STARTED,)),
         Run.NodeStarted: Words(log=(LogEvent.RUN_NODE_STARTED,)),
         Run.NodeSettled: Words(log=(LogEvent.RUN_NODE_SETTLED,)),

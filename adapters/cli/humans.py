@@ -27,6 +27,7 @@ from devs.adapters.cli.base import (
     show_rows,
     task_argument,
 )
+from devs.adapters.cli.tasks import spend_line
 from devs.domain import (
     NotFound,
     RecoveryService,
@@ -99,6 +100,43 @@ def resume(
     """Let the agent go on with TASK_ID after an escalation or a pause."""
     result = ctx.app.resume(task_id, actor=actor, reason=reason, if_version=if_version)
     acted(result, as_json, f"{task_id}: resumed by {actor} ({result.state})")
+
+
+@cli.command()
+@task_argument()
+@field_option("--usd", command="raise_budget", field="usd", ranges=False)
+@field_option("--tokens", command="raise_budget", field="tokens", ranges=False)
+@answer_options("raise_budget")
+@json_option
+@pass_context
+@handles_errors
+def budget(
+    ctx: Context,
+    task_id: str,
+    usd: float | None,
+    tokens: int | None,
+    reason: str,
+    actor: str,
+    if_version: int | None,
+    as_json: bool,
+) -> None:
+    """Set TASK_ID's budget (--usd, --tokens or both) above what it spent.
+
+    A task its budget stopped may then be resumed (`devs resume TASK`).
+    """
+    result = ctx.app.raise_budget(
+        task_id,
+        usd=usd,
+        tokens=tokens,
+        actor=actor,
+        reason=reason,
+        if_version=if_version,
+    )
+    acted(
+        result,
+        as_json,
+        f"{spend_line(task_id, result.spend)}: budget set by {actor} ({result.state})",
+    )
 
 
 @cli.command()

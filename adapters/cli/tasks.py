@@ -39,7 +39,9 @@ from devs.adapters.sandbox import (
 from devs.domain import (
     EntropyDecision,
     InvalidInput,
+    Spend,
     TaskSummary,
+    UsageDecision,
 )
 from devs.domain.output import readable
 
@@ -345,6 +347,93 @@ def entropy(ctx: Context, task_id: str, score: str, as_json: bool) -> None:
             f"{decision.task_id}: entropy {decision.score:g} below "
             f"{decision.threshold:g}; continue ({decision.state})"
         )
+    sys.exit(int(ExitCode.PAUSED if decision.triggered else ExitCode.OK))
+
+
+def spend_line(task_id: str, spend: Spend) -> str:
+    """``t: USD 0.75 of 1 spent, 110,000 tokens``: what a task spent."""
+    money = f"USD {spend.spent_usd:.4f}"
+    if spend.budget_usd is not None:
+        money += f" of {spend.budget_usd:g}"
+    tokens = f"{spend.tokens:,} tokens"
+    if spend.budget_tokens is not None:
+        tokens += f" of {spend.budget_tokens:,}"
+    unknown = spend.unknown_cost_tokens
+    priced = f" ({unknown:,} of unknown cost)" if unknown else ""
+    return f"{task_id}: {money} spent, {tokens}{priced}"
+
+
+@cli.command()
+@task_argument()
+@field_option("--model", command="record_usage", field="model", required=True)
+@field_option(
+    "--input",
+    "input_tokens",
+    command="record_usage",
+    field="input_tokens",
+    required=True,
+)
+@field_option(
+    "--output",
+    "output_tokens",
+    command="record_usage",
+    field="output_tokens",
+    required=True,
+)
+@field_option(
+    "--cache-read",
+    "cache_read_tokens",
+    command="record_usage",
+    field="cache_read_tokens",
+)
+@field_option(
+    "--cache-creation",
+    "cache_creation_tokens",
+    command="record_usage",
+    field="cache_creation_tokens",
+)
+@field_option("--cost", "cost_usd", command="record_usage", field="cost_usd")
+@field_option("--usage-id", command="record_usage", field="usage_id")
+@json_option
+@pass_context
+@handles_errors
+def usage(
+    ctx: Context,
+    task_id: str,
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    cache_read_tokens: int,
+    cache_creation_tokens: int,
+    cost_usd: float | None,
+    usage_id: str | None,
+    as_json: bool,
+) -> None:
+    """Count a model call's tokens (and cost) for TASK_ID against its budgets.
+
+    Exit 0; 4 when the task pauses for a human (its budget is spent).
+    """
+    decision: UsageDecision = ctx.app.record_usage(
+        task_id,
+        model=model,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_read_tokens=cache_read_tokens,
+        cache_creation_tokens=cache_creation_tokens,
+        cost_usd=cost_usd,
+        usage_id=usage_id,
+    )
+    if as_json:
+        emit_json(decision)
+    else:
+        said = spend_line(decision.task_id, decision.spend)
+        if not decision.recorded:
+            said += f" (usage {usage_id!r} was counted before: nothing recorded)"
+        elif decision.triggered:
+            said += f"; budget spent: paused for a human ({decision.state})"
+        elif decision.warned:
+            said += "; most of a budget spent: warned"
+        plain(said)
     sys.exit(int(ExitCode.PAUSED if decision.triggered else ExitCode.OK))
 
 

@@ -48,12 +48,14 @@ router = APIRouter(route_class=ConsoleRoute)
 WHY = {
     SessionReason.MAX_RETRIES: "Escalation",
     SessionReason.BLACKLISTED_STRATEGY: "Blacklist pause",
+    SessionReason.BUDGET_EXHAUSTED: "Budget pause",
 }
 KINDS = {
     "escalation": "Escalation",
     "entropy": "Entropy pause",
     "stuck": "Stuck pause",
     "blacklist": "Blacklist pause",
+    "budget": "Budget pause",
     "handoff": "Hand-off",
 }
 """The inbox's ``why`` filter: each kind of stop, and what the page calls it."""
@@ -106,6 +108,8 @@ def _why(session: PendingSession, task: TaskSummary | None) -> tuple[str, str]:
         return "Entropy pause", "entropy"
     if session.reason is SessionReason.BLACKLISTED_STRATEGY:
         return WHY[session.reason], "blacklist"
+    if session.reason is SessionReason.BUDGET_EXHAUSTED:
+        return WHY[session.reason], "budget"
     return WHY.get(session.reason, str(session.reason)), "escalation"
 
 

@@ -164,6 +164,7 @@ NOTHING = Answer()
 
 PERSON_COMMANDS = frozenset(
     {
+        "budget",
         "claim",
         "release",
         "take-over",
@@ -723,6 +724,14 @@ def stop_reason(summary: TaskSummary, cli: str = "devs") -> str:
     else:
         if session is not None and session.reason is SessionReason.BLACKLISTED_STRATEGY:
             what = "paused: the agent tried again a strategy that already failed"
+        elif session is not None and session.reason is SessionReason.BUDGET_EXHAUSTED:
+            spend = summary.spend or session.spend
+            what = (
+                f"budget pause: USD {spend.spent_usd:.4f} and {spend.tokens:,} "
+                "tokens spent, the budget reached"
+                if spend is not None
+                else "budget pause: the budget is spent"
+            )
         elif session is not None and session.reason is SessionReason.ENTROPY_LIMIT:
             kind = "stuck" if session.entropy_source == "derived" else "entropy"
             score = session.entropy_score
@@ -737,6 +746,8 @@ def stop_reason(summary: TaskSummary, cli: str = "devs") -> str:
                 f"(escalation threshold {policy.escalation_threshold})"
             )
         how = f"{cli} resume {task} --actor NAME --reason WHY"
+        if session is not None and session.reason is SessionReason.BUDGET_EXHAUSTED:
+            how = f"{cli} budget {task} --usd N --actor NAME --reason WHY, then {how}"
     gates = [f for f in summary.failure_history if f.kind == "gate"]
     recorded = gates or list(summary.failure_history)
     last = recorded[-1] if recorded else None

@@ -28,7 +28,9 @@ from devs.domain.arguments import (
     BeginAttempt,
     Claim,
     LogLesson,
+    RaiseBudget,
     RecordGate,
+    RecordUsage,
     ReportEntropy,
     ResolveHandoff,
     Resume,
@@ -320,6 +322,8 @@ if TYPE_CHECKING:  # derived at import: to mypy, each is a Body
     GateBody = Body
     EntropyBody = Body
     LessonBody = Body
+    UsageBody = Body
+    BudgetBody = Body
     ActionBody = Body
     RewindBody = Body
     ClaimBody = Body
@@ -353,7 +357,9 @@ else:
     GateBody = derived(RecordGate, "GateBody")
     EntropyBody = derived(ReportEntropy, "EntropyBody")
     LessonBody = derived(LogLesson, "LessonBody")
+    UsageBody = derived(RecordUsage, "UsageBody")
     _ANSWER = {"actor": (Actor | None, ActorField), "reason": (Reason, ReasonField)}
+    BudgetBody = derived(RaiseBudget, "BudgetBody", **_ANSWER)
     ActionBody = derived(Resume, "ActionBody", **_ANSWER)
     RewindBody = derived(Rewind, "RewindBody", **_ANSWER)
     ClaimBody = derived(Claim, "ClaimBody", actor=_ANSWER["actor"])

@@ -321,8 +321,9 @@ _DIGITS = re.compile(r"\d{1,19}")
 
 
 def _answered_version(answer: str) -> int | None:
-    """The ``version`` of an :class:`ActionResult`'s JSON (``None`` for any
-    other answer): linear, as JSON escapes every quote inside a string, so
+    """The ``version`` of a human answer's JSON (an :class:`ActionResult`'s
+    or a ``BudgetAnswer``'s: they have an ``action``; ``None`` for any other
+    answer): linear, as JSON escapes every quote inside a string, so
     ``"action":"`` and ``"version":`` appear only as keys."""
     if '"action":"' not in answer:
         return None

@@ -223,6 +223,11 @@ def why(message: OutboxMessage) -> str:
         if isinstance(score, int | float) and not isinstance(score, bool):
             return f"looked stuck (entropy {score:.2f})"
         return "looked stuck"
+    if reason == SessionReason.BUDGET_EXHAUSTED:
+        spent = _spent(data.get("spend"))
+        return f"spent {spent}" if spent else "spent its budget"
+    if reason == BUDGET_WARNED:
+        return _spent(data.get("spend"))
     if reason == HAND_OFF_REQUIRED:
         if count:
             return f"handed off after {_times(count, 'failure', 'failures')}"
@@ -230,6 +235,25 @@ def why(message: OutboxMessage) -> str:
     if reason in REASONS:
         return REASONS[reason]
     return f"stopped ({said(reason, 60)})" if reason else ""
+
+
+BUDGET_WARNED = "budget_warned"
+"""The ``reason`` of a ``budget.warned`` message."""
+
+
+def _spent(spend: object) -> str:
+    """``USD 0.85 of its 1 budget`` (or ``900 of its 1,000 tokens``): the
+    budget a message's ``spend`` is nearest to; ``""`` if it says none."""
+    if not isinstance(spend, dict):
+        return ""
+    usd, budget = spend.get("spent_usd"), spend.get("budget_usd")
+    tokens, most = spend.get("tokens"), spend.get("budget_tokens")
+    shares: list[tuple[float, str]] = []
+    if isinstance(usd, int | float) and isinstance(budget, int | float) and budget > 0:
+        shares.append((usd / budget, f"USD {usd:.2f} of its {budget:g} budget"))
+    if isinstance(tokens, int) and isinstance(most, int) and most > 0:
+        shares.append((tokens / most, f"{tokens:,} of its {most:,} tokens"))
+    return max(shares)[1] if shares else ""
 
 
 def _answer(data: dict[str, Any]) -> str | None:

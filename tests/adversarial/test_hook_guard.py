@@ -91,6 +91,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "devs take-over T --actor mallory --reason mine",
         "devs release T --actor alice",
         "devs claim T --actor mallory",
+        # its own budget: only a person raises it
+        "devs budget T --usd 1000 --reason more",
         # the shell's own ways of spelling a word
         "d\\evs resume T --actor alice",
         "de''vs resume T --actor alice",

@@ -27,6 +27,7 @@ TOOLS = {
     "run_gate",
     "report_entropy",
     "log_lesson",
+    "record_usage",
     "task_status",
     "lessons",
 }

@@ -45,7 +45,8 @@ def test_each_command_tool_takes_its_domain_models_fields(
     tools = {tool.name: tool for tool in ask(served, work)}
     commands = [name for name in tools if name in COMMANDS]
     assert commands == ["start_task", "begin_attempt", "record_gate",
-                        "report_entropy", "log_lesson"]  # fmt: skip
+                        "report_entropy", "log_lesson", "record_usage"]  # fmt: skip
+    assert "raise_budget" not in tools  # a person's answer, never an agent's
     for name in commands:
         schema = tools[name].input_schema
         assert schema["additionalProperties"] is False, name

@@ -57,6 +57,12 @@ def every_kind_of_message(service: RecoveryService) -> dict[str, set[str]]:
     service.start_task("held", run_id="r2", agent="coder")
     for i in range(3):
         service.record_gate("held", 1, gate="pytest", strategy=f"s{i}", error="E x")
+    service.policy = Policy(task_budget_usd=1.0)
+    service.start_task("spender")
+    service.record_usage(
+        "spender", model="m", input_tokens=9, output_tokens=1, cost_usd=0.9
+    )
+    service.policy = Policy()
     service.claim("held", actor="ann")
     service.release("held", actor="ann")
     service.claim("held", actor="ann")

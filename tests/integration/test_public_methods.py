@@ -60,6 +60,15 @@ VALID: dict[str, object] = {
     "if_version": None,
     "stop_scope": "run",
     "links": {"pr": "https://example.test/pull/1"},
+    "model": "claude-sonnet-4-5",
+    "input_tokens": 10,
+    "output_tokens": 5,
+    "cache_read_tokens": 0,
+    "cache_creation_tokens": 0,
+    "cost_usd": None,
+    "usage_id": "msg_1",
+    "usd": 5.0,
+    "tokens": None,
 }
 """A valid value of each parameter, by name: the others of a call get these."""
 

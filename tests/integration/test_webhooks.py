@@ -285,6 +285,7 @@ def test_the_state_a_message_names_is_the_same_from_every_state_its_event_follow
 
 
 WAITING_EVENTS = (
+    Task.BudgetWarned,
     Task.DeadlineReminded,
     Task.HandoffClaimed,
     Task.ClaimReleased,

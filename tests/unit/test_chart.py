@@ -73,10 +73,21 @@ def test_illegal_transitions_raise_clearly(trigger: Trigger, state: str) -> None
 
 
 @pytest.mark.parametrize("state", chart.FINISHED)
-@pytest.mark.parametrize("trigger", list(Trigger))
-def test_finished_states_accept_nothing(state: TaskState, trigger: Trigger) -> None:
+@pytest.mark.parametrize(
+    "trigger", [trigger for trigger in Trigger if trigger is not Trigger.RECORD_USAGE]
+)
+def test_finished_states_accept_nothing_but_usage(
+    state: TaskState, trigger: Trigger
+) -> None:
     with pytest.raises(IllegalTransition):
         destination(trigger, state)
+
+
+@pytest.mark.parametrize("state", list(TaskState))
+def test_usage_is_recorded_in_every_state_and_moves_none(state: TaskState) -> None:
+    """A model call's tokens count whenever they are read (a transcript read
+    after the task finished still holds its last calls)."""
+    assert destination(Trigger.RECORD_USAGE, state) is state
 
 
 def test_mermaid_is_drawn_from_the_machine() -> None:

@@ -33,6 +33,10 @@ DEFAULTS = {
     "failure_history_cap": 20,
     "stuck_detection": "observe",
     "human_deadline": None,
+    "task_budget_usd": None,
+    "task_budget_tokens": None,
+    "run_budget_usd": None,
+    "budget_warn": None,
 }
 INT_RANGES = {
     "escalation_threshold": (1, 1000),
@@ -179,6 +183,10 @@ def test_env_var_names() -> None:
         "DEVS_FAILURE_HISTORY_CAP",
         "DEVS_STUCK_DETECTION",
         "DEVS_HUMAN_DEADLINE",
+        "DEVS_TASK_BUDGET_USD",
+        "DEVS_TASK_BUDGET_TOKENS",
+        "DEVS_RUN_BUDGET_USD",
+        "DEVS_BUDGET_WARN",
     ]
 
 
@@ -244,17 +252,33 @@ def test_the_stored_policy_keeps_its_shape() -> None:
         "failure_history_cap": 10,
     }
     # A policy recorded before stuck detection existed observes (the default);
-    # one recorded before deadlines has none.
+    # one recorded before deadlines or budgets has none.
     assert Policy.model_validate(stored).model_dump(mode="json") == {
         **stored,
         "stuck_detection": "observe",
         "human_deadline": None,
+        "task_budget_usd": None,
+        "task_budget_tokens": None,
+        "run_budget_usd": None,
+        "budget_warn": None,
     }
     assert Policy().model_dump_json() == (
         '{"escalation_threshold":3,"handoff_threshold":5,'
         '"hitl_entropy_threshold":0.75,"failure_history_cap":20,'
-        '"stuck_detection":"observe","human_deadline":null}'
+        '"stuck_detection":"observe","human_deadline":null,'
+        '"task_budget_usd":null,"task_budget_tokens":null,'
+        '"run_budget_usd":null,"budget_warn":null}'
     )
+    # The fields added later are null by default, so a Started event of a
+    # task recorded before them hashes as it did (nulls are not hashed).
+    assert Policy().model_dump(exclude_none=True) == {
+        "escalation_threshold": 3,
+        "handoff_threshold": 5,
+        "hitl_entropy_threshold": 0.75,
+        "failure_history_cap": 20,
+        "stuck_detection": "observe",
+    }
+    assert Policy().warn_at == 0.8
     assert isinstance(Policy(), BaseModel)
     assert not isinstance(Policy(), BaseSettings)
 

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from devs.adapters.http.commands import command_route
 from devs.adapters.http.contract import (
     ActionBody,
+    BudgetBody,
     ClaimBody,
     ResolveBody,
     RewindBody,
@@ -16,6 +17,7 @@ from devs.adapters.http.contract import (
 from devs.adapters.http.dispatch import Devs, HttpRoute, ReadAfter
 from devs.domain import (
     ActionResult,
+    BudgetAnswer,
     HandoffEntry,
     PendingSession,
 )
@@ -44,6 +46,17 @@ for path, command, body, name in (
         human=True,
         name=name,
     )
+
+
+command_route(
+    router,
+    "/tasks/{task_id}/budget",
+    "raise_budget",
+    BudgetBody,
+    BudgetAnswer,
+    human=True,
+    name="raise_budget",
+)
 
 
 @router.get("/sessions")

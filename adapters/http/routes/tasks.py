@@ -19,6 +19,7 @@ from devs.adapters.http.contract import (
     RunQuery,
     StartTaskBody,
     TaskPath,
+    UsageBody,
     VersionPath,
     etag,
     id_query,
@@ -35,6 +36,7 @@ from devs.domain import (
     Lesson,
     TaskIndexEntry,
     TaskSummary,
+    UsageDecision,
 )
 from devs.domain.audit import TaskAudit
 from devs.domain.values import (
@@ -63,6 +65,9 @@ command_route(
 )
 command_route(
     router, "/tasks/{task_id}/lessons", "log_lesson", LessonBody, Lesson, status=201
+)
+command_route(
+    router, "/tasks/{task_id}/usage", "record_usage", UsageBody, UsageDecision
 )
 
 
