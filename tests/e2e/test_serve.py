@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from devs.adapters.serving import STOP_GRACE
+
 DEVS = str(Path(sys.executable).with_name("devs"))
 TOKEN = "e2e-token-abcdefghijkl"
 
@@ -84,9 +86,13 @@ class Server:
             time.sleep(0.1)
 
     def stop(self) -> None:
+        """SIGTERM, and wait for the supervisor to stop its workers: it gives
+        each up to STOP_GRACE seconds, then kills it, so the bound here is
+        longer (a worker on PostgreSQL once took over 30 s to stop on a
+        loaded CI machine; the supervision tests are about that, not these)."""
         self.client.close()
         self.process.terminate()
-        self.process.communicate(timeout=30)
+        self.process.communicate(timeout=STOP_GRACE + 30)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
