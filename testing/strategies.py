@@ -56,7 +56,8 @@ def _valid(annotation: Any) -> Callable[[str], bool]:
 
 def policies() -> st.SearchStrategy[Policy]:
     """Valid policies across their whole ranges, small values first (where the
-    ladder stops within a few commands)."""
+    ladder stops within a few commands); no budgets (the ladder's model
+    records no usage)."""
 
     def count(top: int) -> st.SearchStrategy[int]:
         return st.integers(1, 8) | st.integers(1, top)
@@ -68,6 +69,10 @@ def policies() -> st.SearchStrategy[Policy]:
         hitl_entropy_threshold=st.floats(0.0, 1.0),
         failure_history_cap=st.integers(1, 5) | st.integers(1, 200),
         stuck_detection=st.sampled_from(list(StuckDetection)),
+        task_budget_usd=st.none(),
+        task_budget_tokens=st.none(),
+        run_budget_usd=st.none(),
+        budget_warn=st.none(),
     )
 
 
