@@ -312,6 +312,10 @@ def deadline_result(
 
 
 def task_summary(task: Task) -> TaskSummary:
+    spend = task.spend()
+    used_or_budgeted = task.usage is not None or (
+        spend.budget_usd is not None or spend.budget_tokens is not None
+    )
     return TaskSummary(
         task_id=task.task_id,
         run_id=task.run_id,
@@ -333,17 +337,7 @@ def task_summary(task: Task) -> TaskSummary:
         modified_on=task.modified_on,
         stuck=task.stuck,
         links=task.links,
-        spend=task.spend() if task.usage is not None or _budgeted(task) else None,
-    )
-
-
-def _budgeted(task: Task) -> bool:
-    policy = task.policy
-    return (
-        task.budget_usd is not None
-        or task.budget_tokens is not None
-        or policy.task_budget_usd is not None
-        or policy.task_budget_tokens is not None
+        spend=spend if used_or_budgeted else None,
     )
 
 
