@@ -51,6 +51,7 @@ from devs.domain import (
     PendingSession,
     Policy,
     RunState,
+    SpendReport,
     StoreError,
     TaskIndexEntry,
     TaskSummary,
@@ -515,6 +516,14 @@ class HttpRecoveryClient:
     def run_state(self, run_id: str) -> RunState:
         path = "/runs/" + _segment(run_id)
         return self._query(path, _adapter(RunState))  # type: ignore[no-any-return]
+
+    def task_spend(self, task_id: str) -> SpendReport:
+        path = self._task(task_id) + "/spend"
+        return self._query(path, _adapter(SpendReport))  # type: ignore[no-any-return]
+
+    def run_spend(self, run_id: str) -> SpendReport:
+        path = "/runs/" + _segment(run_id) + "/spend"
+        return self._query(path, _adapter(SpendReport))  # type: ignore[no-any-return]
 
     def metrics(
         self, *, run_id: str | None = None, since: datetime | None = None

@@ -39,6 +39,7 @@ from devs.domain import (
     InvalidInput,
     Lesson,
     RecoveryService,
+    SpendReport,
     TaskSummary,
 )
 from devs.domain.application import unchecked
@@ -315,6 +316,14 @@ def build_server(
         value: list[Lesson] = await _in_thread(lambda: service().lessons(task_id))
         return value
 
+    @server.tool()
+    @_tool_errors
+    async def task_spend(task_id: TheTask) -> SpendReport:
+        """What the task spent on model calls (money and tokens), its
+        budgets, and each model's share."""
+        value: SpendReport = await _in_thread(lambda: service().task_spend(task_id))
+        return value
+
     _strict_tools(server)
     _no_empty_capabilities(server)
     return server
@@ -340,6 +349,7 @@ ANNOTATIONS = {
     "record_usage": RECORDS,  # idempotent only with a usage_id
     "task_status": READ_ONLY,
     "lessons": READ_ONLY,
+    "task_spend": READ_ONLY,
 }
 """What each tool does to the world, for a client deciding what to confirm:
 queries only read; a command records (never undoes anything); ``run_gate``

@@ -12,16 +12,21 @@ import math
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from devs.domain import Metrics
-from devs.domain.ports import Distribution
+from devs.domain.ports import Distribution, ModelSpend
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The classic text format, which ``generate_latest`` writes."""
 LABEL_MAX = 100
 """The longest ``strategy`` label, in characters."""
 QUANTILES = (("0.5", "p50"), ("0.9", "p90"))
+SPEND_SERIES = 50
+"""The agent-and-model pairs that spent most, each a series of its own; the
+rest add up under ``model="other"`` (a model's name is the caller's, so its
+series are bounded)."""
+TOKEN_TYPES = ("input", "output", "cache_read", "cache_creation")
 
 
 def exposition(figures: Metrics) -> bytes:
@@ -106,6 +111,25 @@ class MetricsCollector:
         for kind, count in figures.stuck_signals.items():
             signals.add_metric([kind], count)
         yield signals
+        money = CounterMetricFamily(
+            "devs_spend_usd",
+            "Money the tasks' model calls cost, by agent and model (usages "
+            "whose model had no price count nothing here).",
+            labels=["agent", "model"],
+        )
+        tokens = CounterMetricFamily(
+            "devs_tokens",
+            "Tokens the tasks' model calls used, by agent, model and type "
+            "(input, output, cache_read, cache_creation).",
+            labels=["agent", "model", "type"],
+        )
+        for (agent, model), spent in spend_series(figures.spend).items():
+            money.add_metric([agent, model], spent.spent_usd)
+            for kind in TOKEN_TYPES:
+                counted = getattr(spent, f"{kind}_tokens")
+                tokens.add_metric([agent, model, kind], counted)
+        yield money
+        yield tokens
 
 
 def summary(name: str, documentation: str, values: Distribution) -> Metric:
@@ -131,3 +155,37 @@ def strategy_labels(figures: Metrics) -> dict[str, int]:
         label = text if len(text) <= LABEL_MAX else text[: LABEL_MAX - 1] + "…"
         labels[label] = labels.get(label, 0) + item.failures
     return labels
+
+
+def _label(text: str) -> str:
+    return text if len(text) <= LABEL_MAX else text[: LABEL_MAX - 1] + "…"
+
+
+def spend_series(spend: tuple[ModelSpend, ...]) -> dict[tuple[str, str], ModelSpend]:
+    """Each agent and model's spend by its labels (``agent`` empty for a task
+    started without one, both cut to 100 characters), the
+    :data:`SPEND_SERIES` that spent most and then ``(agent, "other")``
+    holding the rest; pairs whose labels are the same add up."""
+    series: dict[tuple[str, str], ModelSpend] = {}
+    for index, item in enumerate(spend):  # most spent first
+        agent = _label(item.agent or "")
+        key = (agent, _label(item.model) if index < SPEND_SERIES else "other")
+        known = series.get(key)
+        series[key] = item if known is None else _added(known, item)
+    return series
+
+
+def _added(one: ModelSpend, other: ModelSpend) -> ModelSpend:
+    return one.model_copy(
+        update={
+            "usages": one.usages + other.usages,
+            "spent_usd": round(one.spent_usd + other.spent_usd, 9),
+            "tokens": one.tokens + other.tokens,
+            "input_tokens": one.input_tokens + other.input_tokens,
+            "output_tokens": one.output_tokens + other.output_tokens,
+            "cache_read_tokens": one.cache_read_tokens + other.cache_read_tokens,
+            "cache_creation_tokens": one.cache_creation_tokens
+            + other.cache_creation_tokens,
+            "unknown_cost_tokens": one.unknown_cost_tokens + other.unknown_cost_tokens,
+        }
+    )

@@ -87,6 +87,7 @@ from devs.domain.ports import (
     ReadModels,
     Redelivered,
     RunState,
+    SpendReport,
     TaskIndexEntry,
     Verification,
     WebhooksReport,
@@ -910,6 +911,43 @@ class RecoveryService(TaskCommands):
         if run_id is not None and self.read_models.run_state(run_id) is None:
             raise UnknownRun(run_id)
         return self.read_models.metrics(run_id=run_id, since=since)
+
+    @api
+    def task_spend(self, task_id: TaskId) -> SpendReport:
+        """What the task spent on model calls, its budgets (a person's raise,
+        else its policy's), and each model's share (docs/failure-ladder.md#spend)."""
+        task = self._stored_task(task_id)
+        self._fresh()
+        spend = task.spend()
+        return SpendReport(
+            task_id=task.task_id,
+            run_id=task.run_id,
+            **spend.model_dump(),
+            by_model=self.read_models.spend_by_model(task_id=task.task_id),
+        )
+
+    @api
+    def run_spend(self, run_id: RunId) -> SpendReport:
+        """What the run's tasks spent on model calls together, and each
+        agent and model's share."""
+        self._fresh()
+        if self.read_models.run_state(run_id) is None:
+            raise UnknownRun(run_id)
+        by_model = self.read_models.spend_by_model(run_id=run_id)
+        return SpendReport(
+            task_id=None,
+            run_id=run_id,
+            spent_usd=round(sum(m.spent_usd for m in by_model), 9),
+            budget_usd=None,
+            tokens=sum(m.tokens for m in by_model),
+            budget_tokens=None,
+            input_tokens=sum(m.input_tokens for m in by_model),
+            output_tokens=sum(m.output_tokens for m in by_model),
+            cache_read_tokens=sum(m.cache_read_tokens for m in by_model),
+            cache_creation_tokens=sum(m.cache_creation_tokens for m in by_model),
+            unknown_cost_tokens=sum(m.unknown_cost_tokens for m in by_model),
+            by_model=by_model,
+        )
 
     @api
     def outbox_messages(

@@ -147,6 +147,54 @@ class StrategyFailures(Immutable):
     failures: int
 
 
+class ModelSpend(Immutable):
+    """What the calls of one model by one agent spent (the ``metrics`` read
+    model's ``metrics_spend``, docs/audit.md#spend)."""
+
+    agent: str | None
+    """The tasks' agent (``None``: a task started without one)."""
+    model: str
+    usages: int
+    """The usages recorded (a repeated ``usage_id`` records none)."""
+    spent_usd: float
+    """The cost of the usages whose model had a price."""
+    tokens: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_creation_tokens: int
+    unknown_cost_tokens: int
+    """The tokens of usages whose model had no price (in ``tokens``, not in
+    ``spent_usd``)."""
+
+
+class SpendReport(Immutable):
+    """What a task or a run spent on model calls, its budgets, and each
+    model's share (``devs spend``, ``GET /tasks/{id}/spend``, ``GET
+    /runs/{id}/spend``). The totals' names are the ones a budget stop's
+    session carries (:class:`~devs.domain.task.Spend`)."""
+
+    task_id: str | None
+    """The task reported on (``None`` for a run)."""
+    run_id: str | None
+    """The run reported on, or the task's run."""
+    spent_usd: float
+    budget_usd: float | None
+    """``None``: no budget in money."""
+    tokens: int
+    """Every token counted: input, output, cache reads and cache writes."""
+    budget_tokens: int | None
+    """``None``: no budget in tokens (a run has none)."""
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_creation_tokens: int
+    unknown_cost_tokens: int
+    """The tokens of usages whose model had no price."""
+    by_model: tuple[ModelSpend, ...]
+    """Each agent and model, most spent first (then by name)."""
+
+
 class Metrics(Immutable):
     """How tasks went, over every task, or those of ``run_id``, or those started
     at or after ``since`` (both: both). docs/audit.md#metrics says each figure.
@@ -181,6 +229,9 @@ class Metrics(Immutable):
     stuck_signals: dict[str, int] = {}
     """Per signal kind (``strategy_repeat``, ``alternation``, …): the tasks
     whose highest stuck score it drove."""
+    spend: tuple[ModelSpend, ...] = ()
+    """Per agent and model: the tokens and money the tasks' model calls
+    used, most spent first."""
 
 
 class Verification(Immutable):
@@ -286,6 +337,12 @@ class TaskMetrics(Protocol):
         self, *, run_id: str | None = None, since: datetime | None = None
     ) -> Metrics:
         """How the tasks (of one run, started at or after ``since``) went."""
+
+    def spend_by_model(
+        self, *, task_id: str | None = None, run_id: str | None = None
+    ) -> tuple[ModelSpend, ...]:
+        """Each agent and model's spend, over one task, one run's tasks or
+        every task."""
 
 
 class OutboxMessages(Protocol):

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         PendingSession,
         Redelivered,
         RunState,
+        SpendReport,
         TaskIndexEntry,
         Verification,
         WebhooksReport,
@@ -215,6 +216,10 @@ class RecoveryApi(Protocol):
     def metrics(
         self, *, run_id: str | None = None, since: datetime | None = None
     ) -> Metrics: ...
+
+    def task_spend(self, task_id: str) -> SpendReport: ...
+
+    def run_spend(self, run_id: str) -> SpendReport: ...
 
     def notifications(
         self, *, after: int = 0, limit: int = 100

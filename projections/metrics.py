@@ -28,6 +28,7 @@ from devs.domain.ports import (
     Distribution,
     HandoffEnd,
     Metrics,
+    ModelSpend,
     StrategyFailures,
     WaitTimes,
 )
@@ -105,8 +106,18 @@ class MetricsView(TrackingRecorder, ABC):
         """Move the task to ``step(state)`` and record ``change``."""
 
     @abstractmethod
+    def use(self, task_id: str, row: dict[str, Any], tracking: Tracking) -> None:
+        """A usage's tokens and cost added to the task's row for its model."""
+
+    @abstractmethod
     def metrics(self, *, run_id: str | None, since: datetime | None) -> Metrics:
         """The figures over the tasks of ``run_id`` started at or after ``since``."""
+
+    @abstractmethod
+    def spend_by_model(
+        self, *, task_id: str | None = None, run_id: str | None = None
+    ) -> tuple[ModelSpend, ...]:
+        """Each agent and model's spend over one task, one run or all."""
 
 
 class MetricsProjection(ReadModelProjection[MetricsView]):
@@ -118,6 +129,7 @@ class MetricsProjection(ReadModelProjection[MetricsView]):
             {
                 "task_id": e.task_id,
                 "run_id": e.run_id,
+                "agent": e.agent,
                 "started_at": moment(e.timestamp),
                 "state": TaskState.RUNNING,
                 "position": tracking.notification_id,
@@ -146,6 +158,28 @@ class MetricsProjection(ReadModelProjection[MetricsView]):
             stuck_kinds=tuple(dict.fromkeys(s.kind for s in stuck.signals))
             if stuck is not None
             else (),
+        )
+
+    @process_event.register
+    def _(self, e: Task.UsageRecorded, tracking: Tracking) -> None:
+        tokens = (
+            e.input_tokens
+            + e.output_tokens
+            + e.cache_read_tokens
+            + e.cache_creation_tokens
+        )
+        self.view.use(
+            task_id_of(e.originator_id),
+            {
+                "model": e.model,
+                "input_tokens": e.input_tokens,
+                "output_tokens": e.output_tokens,
+                "cache_read_tokens": e.cache_read_tokens,
+                "cache_creation_tokens": e.cache_creation_tokens,
+                "cost_usd": e.cost_usd or 0.0,
+                "unknown_cost_tokens": tokens if e.cost_usd is None else 0,
+            },
+            tracking,
         )
 
     @process_event.register(Task.Escalated)
@@ -196,17 +230,19 @@ class MetricsTables(MetricsView, SQLTables):
     """The ``metrics`` tables and their SQL (SQLite and PostgreSQL alike)."""
 
     name: ClassVar[str] = "metrics"
-    schema_version: ClassVar[int] = 2  # v2: stuck scores and signals
+    schema_version: ClassVar[int] = 3  # v2: stuck scores; v3: spend
     tables: ClassVar[tuple[str, ...]] = (
         "metrics_tasks",
         "metrics_waits",
         "metrics_strategy_failures",
         "metrics_stuck_signals",
+        "metrics_spend",
     )
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS metrics_tasks ("
         "task_id TEXT PRIMARY KEY, "
         "run_id TEXT, "
+        "agent TEXT, "
         "started_at TEXT NOT NULL, "
         "state TEXT NOT NULL, "
         "failures INTEGER NOT NULL DEFAULT 0, "
@@ -243,9 +279,21 @@ class MetricsTables(MetricsView, SQLTables):
         "task_id TEXT NOT NULL, "
         "kind TEXT NOT NULL, "
         "PRIMARY KEY (task_id, kind))",
+        "CREATE TABLE IF NOT EXISTS metrics_spend ("
+        "task_id TEXT NOT NULL, "
+        "model TEXT NOT NULL, "
+        "usages INTEGER NOT NULL, "
+        "input_tokens INTEGER NOT NULL, "
+        "output_tokens INTEGER NOT NULL, "
+        "cache_read_tokens INTEGER NOT NULL, "
+        "cache_creation_tokens INTEGER NOT NULL, "
+        "cost_usd REAL NOT NULL, "
+        "unknown_cost_tokens INTEGER NOT NULL, "
+        "PRIMARY KEY (task_id, model))",
     )
     pg_migrations: ClassVar[tuple[str, ...]] = (
         "ALTER TABLE metrics_tasks ADD COLUMN IF NOT EXISTS max_stuck REAL",
+        "ALTER TABLE metrics_tasks ADD COLUMN IF NOT EXISTS agent TEXT",
     )
 
     text_order: ClassVar[str] = ""
@@ -321,6 +369,28 @@ class MetricsTables(MetricsView, SQLTables):
                     changes["first_human_at"] = change.at
                     changes["failures_before_human"] = row["failures"]
             self._update(cursor, "metrics_tasks", ("task_id", task_id), changes)
+
+    def use(self, task_id: str, row: dict[str, Any], tracking: Tracking) -> None:
+        with self.changes(tracking) as cursor:
+            cursor.execute(
+                "INSERT INTO metrics_spend (task_id, model, usages, input_tokens, "
+                "output_tokens, cache_read_tokens, cache_creation_tokens, cost_usd, "
+                "unknown_cost_tokens) VALUES (:task_id, :model, 1, :input_tokens, "
+                ":output_tokens, :cache_read_tokens, :cache_creation_tokens, "
+                ":cost_usd, :unknown_cost_tokens) "
+                "ON CONFLICT (task_id, model) DO UPDATE SET "
+                "usages = metrics_spend.usages + 1, "
+                "input_tokens = metrics_spend.input_tokens + excluded.input_tokens, "
+                "output_tokens = metrics_spend.output_tokens + excluded.output_tokens, "
+                "cache_read_tokens = metrics_spend.cache_read_tokens "
+                "+ excluded.cache_read_tokens, "
+                "cache_creation_tokens = metrics_spend.cache_creation_tokens "
+                "+ excluded.cache_creation_tokens, "
+                "cost_usd = metrics_spend.cost_usd + excluded.cost_usd, "
+                "unknown_cost_tokens = metrics_spend.unknown_cost_tokens "
+                "+ excluded.unknown_cost_tokens",
+                {"task_id": task_id, **row},
+            )
 
     @staticmethod
     def _stuck_signals(cursor: Any, task_id: str, kinds: tuple[str, ...]) -> None:
@@ -440,6 +510,7 @@ class MetricsTables(MetricsView, SQLTables):
                     params,
                 )
             }
+            spend = self._spend(select, tasks, params)
             strategies = select(
                 "SELECT s.strategy, SUM(s.failures) AS total "
                 "FROM metrics_strategy_failures s "
@@ -467,7 +538,61 @@ class MetricsTables(MetricsView, SQLTables):
             stuck_tasks=int(stuck["n"]),
             stuck_score=stuck_score,
             stuck_signals=dict(sorted(signals.items())),
+            spend=spend,
         )
+
+    def spend_by_model(
+        self, *, task_id: str | None = None, run_id: str | None = None
+    ) -> tuple[ModelSpend, ...]:
+        where, params = ["1 = 1"], []
+        if task_id is not None:
+            where.append("t.task_id = ?")
+            params.append(task_id)
+        if run_id is not None:
+            where.append("t.run_id = ?")
+            params.append(run_id)
+        with self._snapshot() as select:
+            return self._spend(select, " AND ".join(where), params)
+
+    def _spend(
+        self, select: Select, tasks: str, params: list[Any]
+    ) -> tuple[ModelSpend, ...]:
+        """Each agent and model's spend over ``tasks`` (a condition on
+        ``metrics_tasks t``), most spent first, then by agent and model."""
+        rows = select(
+            "SELECT t.agent AS agent, s.model AS model, SUM(s.usages) AS usages, "
+            "SUM(s.input_tokens) AS input_tokens, "
+            "SUM(s.output_tokens) AS output_tokens, "
+            "SUM(s.cache_read_tokens) AS cache_read_tokens, "
+            "SUM(s.cache_creation_tokens) AS cache_creation_tokens, "
+            "SUM(s.cost_usd) AS cost_usd, "
+            "SUM(s.unknown_cost_tokens) AS unknown_cost_tokens "
+            "FROM metrics_spend s JOIN metrics_tasks t ON t.task_id = s.task_id "
+            f"WHERE {tasks} GROUP BY t.agent, s.model",
+            params,
+        )
+        found = [
+            ModelSpend(
+                agent=row["agent"],
+                model=row["model"],
+                usages=int(row["usages"]),
+                # Rounded as the task's own sums are: a float sum depends on
+                # the order the database adds the rows in.
+                spent_usd=round(float(row["cost_usd"]), 9),
+                tokens=int(row["input_tokens"])
+                + int(row["output_tokens"])
+                + int(row["cache_read_tokens"])
+                + int(row["cache_creation_tokens"]),
+                input_tokens=int(row["input_tokens"]),
+                output_tokens=int(row["output_tokens"]),
+                cache_read_tokens=int(row["cache_read_tokens"]),
+                cache_creation_tokens=int(row["cache_creation_tokens"]),
+                unknown_cost_tokens=int(row["unknown_cost_tokens"]),
+            )
+            for row in rows
+        ]
+        found.sort(key=lambda m: (-m.spent_usd, -m.tokens, m.agent or "", m.model))
+        return tuple(found)
 
     @staticmethod
     def _spread(

@@ -15,6 +15,7 @@ from devs.domain.ports import (
     HandoffEntry,
     Lesson,
     Metrics,
+    ModelSpend,
     PendingSession,
     RunState,
     TaskIndexEntry,
@@ -168,5 +169,13 @@ class ViewQueries:
     ) -> Metrics:
         found: Metrics = self._ask(
             lambda: self.views["metrics"].metrics(run_id=run_id, since=since)
+        )
+        return found
+
+    def spend_by_model(
+        self, *, task_id: str | None = None, run_id: str | None = None
+    ) -> tuple[ModelSpend, ...]:
+        found: tuple[ModelSpend, ...] = self._ask(
+            lambda: self.views["metrics"].spend_by_model(task_id=task_id, run_id=run_id)
         )
         return found

@@ -49,6 +49,7 @@ READ_MODEL_TABLES = (
     "metrics_waits",
     "metrics_strategy_failures",
     "metrics_stuck_signals",
+    "metrics_spend",
     "outbox_messages",
     "outbox_task_runs",
 )

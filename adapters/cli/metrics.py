@@ -9,6 +9,7 @@ import click
 from devs.adapters.cli.base import (
     Context,
     cli,
+    complete_task_id,
     emit_json,
     handles_errors,
     json_option,
@@ -17,7 +18,7 @@ from devs.adapters.cli.base import (
     shortened,
     show_table,
 )
-from devs.domain import Metrics
+from devs.domain import Metrics, SpendReport
 from devs.domain.ports import Distribution
 from devs.domain.values import parse_time
 
@@ -43,6 +44,90 @@ def metrics(ctx: Context, run_id: str | None, since: str | None, as_json: bool) 
         emit_json(figures)
         return
     show(figures)
+
+
+@cli.command()
+@click.argument(
+    "task_id", required=False, default=None, shell_complete=complete_task_id
+)
+@click.option("--run", "run_id", default=None, help="The run's tasks together.")
+@json_option
+@pass_context
+@handles_errors
+def spend(ctx: Context, task_id: str | None, run_id: str | None, as_json: bool) -> None:
+    """What TASK_ID (or every task of --run RUN) spent on model calls: money
+    and tokens against the budgets, then each agent and model's share."""
+    if (task_id is None) == (run_id is None):
+        msg = "give a TASK_ID or --run RUN (one of them)"
+        raise click.UsageError(msg)
+    report = (
+        ctx.app.task_spend(task_id)
+        if task_id is not None
+        else ctx.app.run_spend(run_id or "")
+    )
+    if as_json:
+        emit_json(report)
+        return
+    show_spend(report)
+
+
+def spend_text(report: SpendReport) -> str:
+    """``task t: USD 0.7500 of 1 spent, 110,000 tokens``."""
+    whose = f"task {report.task_id}" if report.task_id else f"run {report.run_id}"
+    money = f"USD {report.spent_usd:.4f}"
+    if report.budget_usd is not None:
+        money += f" of {report.budget_usd:g}"
+    tokens = f"{report.tokens:,} tokens"
+    if report.budget_tokens is not None:
+        tokens += f" of {report.budget_tokens:,}"
+    unknown = report.unknown_cost_tokens
+    priced = f" ({unknown:,} of unknown cost)" if unknown else ""
+    return f"{whose}: {money} spent, {tokens}{priced}"
+
+
+def show_spend(report: SpendReport) -> None:
+    plain(spend_text(report))
+    if not report.by_model:
+        plain("no usage recorded")
+        return
+    show_table(
+        "By agent and model",
+        (
+            "agent",
+            "model",
+            "usages",
+            "USD",
+            "tokens",
+            "input",
+            "output",
+            "cache read",
+            "cache write",
+        ),
+        [
+            [
+                m.agent or "-",
+                m.model,
+                f"{m.usages:,}",
+                "?" if m.unknown_cost_tokens == m.tokens > 0 else f"{m.spent_usd:.4f}",
+                f"{m.tokens:,}",
+                f"{m.input_tokens:,}",
+                f"{m.output_tokens:,}",
+                f"{m.cache_read_tokens:,}",
+                f"{m.cache_creation_tokens:,}",
+            ]
+            for m in report.by_model
+        ],
+        whole=("model",),
+        right=(
+            "usages",
+            "USD",
+            "tokens",
+            "input",
+            "output",
+            "cache read",
+            "cache write",
+        ),
+    )
 
 
 def show(figures: Metrics) -> None:

@@ -11,6 +11,7 @@ Gates, strategies, lessons, halts and how tasks are named: docs/agents.md.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import os
@@ -27,6 +28,7 @@ import orjson
 
 from devs.adapters.gate_run import command_line
 from devs.adapters.hooks import variables
+from devs.adapters.hooks.usage import CURSORS_MAX, Cursor, Reader, moved, read_session
 from devs.domain import blacklist
 from devs.domain.chart import FINISHED, WAITING, WORKING, TaskState
 from devs.domain.decisions import Outcome, TaskSummary
@@ -36,6 +38,7 @@ from devs.domain.output import error_line as the_error_line
 from devs.domain.output import shown as the_error_line_shown
 from devs.domain.redaction import redact
 from devs.domain.service import RecoveryApi
+from devs.domain.task import Spend
 from devs.domain.values import ID_MAX, LINK_MAX, STRATEGY_MAX
 
 TASK_ENV = "DEVS_TASK_ID"
@@ -484,6 +487,11 @@ class HookRecord:
     in the working tree: dropped once the tree no longer has them."""
     transcript: str | None = None
     """The transcript the event being handled names (not kept between calls)."""
+    usage: dict[str, Cursor] = field(default_factory=dict)
+    """How far each session file of the agent was read for usage."""
+    warning: str | None = None
+    """A budget warning not yet said to the agent (said with the next
+    answer that can carry it)."""
 
     def dump(self) -> bytes:
         return orjson.dumps(
@@ -493,6 +501,8 @@ class HookRecord:
                 "stopped": self.stopped,
                 "stop_blocked": self.stop_blocked,
                 "refused": self.refused,
+                "usage": {key: c.dump() for key, c in self.usage.items()},
+                "warning": self.warning,
             }
         )
 
@@ -505,6 +515,12 @@ class HookRecord:
             stopped = data.get("stopped")
             blocked = data.get("stop_blocked")
             refused = int(data.get("refused", 0))
+            warning = data.get("warning")
+            cursors = data.get("usage") or {}
+            usage = {
+                str(key): Cursor.load(raw)
+                for key, raw in list(cursors.items())[-CURSORS_MAX:]
+            }
         except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
             return cls()  # a damaged file is a fresh start: the log is the truth
         return cls(
@@ -513,6 +529,8 @@ class HookRecord:
             stopped=str(stopped) if stopped else None,
             stop_blocked=str(blocked) if blocked else None,
             refused=min(max(0, refused), len(changes)),
+            usage=usage,
+            warning=str(warning)[: ERROR_LINE_MAX * 2] if warning else None,
         )
 
 
@@ -761,6 +779,25 @@ def stop_reason(summary: TaskSummary, cli: str = "devs") -> str:
     )
 
 
+WARNED_ON = frozenset({"session_start", "post_tool"})
+"""The events whose answer every agent shows the model (``additionalContext``):
+a budget warning waits for the next of them."""
+
+
+def budget_warning(task_id: str, spend: Spend) -> str:
+    """What the agent is told when its task crosses the warning fraction."""
+    parts = []
+    if spend.budget_usd is not None:
+        parts.append(f"USD {spend.spent_usd:.4f} of {spend.budget_usd:g}")
+    if spend.budget_tokens is not None:
+        parts.append(f"{spend.tokens:,} of {spend.budget_tokens:,} tokens")
+    return (
+        f"devs-recovery: task {task_id} has spent most of its budget "
+        f"({', '.join(parts)}). At the budget it stops for a human: finish "
+        "the work or say what is left."
+    )
+
+
 def stopped(summary: TaskSummary) -> bool:
     return summary.state in WAITING
 
@@ -781,8 +818,10 @@ class Breaker:
         cli: str = "devs",
         guarded: Sequence[str] = (),
         nudge: bool = True,
+        usage: Reader | None = None,
     ) -> None:
         self.nudge = nudge
+        self.usage = usage
         self._open = api
         self.guarded = tuple(guarded)
         self._api: RecoveryApi | None = None
@@ -877,6 +916,80 @@ class Breaker:
 
     def _handle(self, seen: Seen, record: HookRecord) -> Answer:
         record.transcript = seen.transcript
+        answer = self._decided(seen, record)
+        if self.usage is None or not seen.transcript:
+            return answer
+        spent = self._spent(seen.transcript, record)
+        if spent == "paused":
+            # The model calls read now spent the budget: halted here, and a
+            # tool about to run is refused (docs/agents.md#spend).
+            record.warning = None
+            deny = record.stopped if seen.kind == "pre_tool" else None
+            return Answer(deny=deny, halt=record.stopped)
+        if spent is not None:
+            record.warning = spent
+        if (
+            record.warning is not None
+            and seen.kind in WARNED_ON
+            and not answer.context
+            and not answer.halt
+        ):
+            answer = dataclasses.replace(answer, context=record.warning)
+            record.warning = None
+        return answer
+
+    def _spent(self, transcript: str, record: HookRecord) -> str | None:
+        """Record the usage the agent's session files gained since the last
+        call, against the task being refereed: ``"paused"`` when it spent
+        a budget, the warning when it crossed the budget's warning fraction,
+        else ``None``. Nothing is read for a task not started yet (its
+        usage counts once it starts, from the files' start)."""
+        assert self.usage is not None
+        forgotten = not record.usage  # a first call, or a lost state file
+        read_now = read_session(self.usage, transcript, record.usage)
+        found = [
+            (found, model, tokens)
+            for _, _, found in read_now
+            for model, tokens in found.by_model.items()
+            if tokens.any
+        ]
+        if not found:
+            moved(record.usage, read_now)
+            return None
+        _, summary = self._current(record)
+        if summary is None or summary.state in FINISHED:
+            return None  # counted once the series' next task starts
+        if forgotten and summary.spend is not None and summary.spend.tokens:
+            # The task has usage but this state file read none: it was lost.
+            # What the files hold was counted before (up to the last call):
+            # read on from their ends, never twice.
+            moved(record.usage, read_now)
+            return None
+        paused = False
+        warning: str | None = None
+        for where, model, tokens in found:
+            try:
+                decision = self.api.record_usage(
+                    summary.task_id,
+                    model=model,
+                    input_tokens=tokens.input_tokens,
+                    output_tokens=tokens.output_tokens,
+                    cache_read_tokens=tokens.cache_read_tokens,
+                    cache_creation_tokens=tokens.cache_creation_tokens,
+                    usage_id=where.usage_id(model),
+                )
+            except InvalidInput:
+                continue  # a model name the service refuses: not a usage
+            paused = paused or decision.triggered
+            if decision.warned:
+                warning = budget_warning(summary.task_id, decision.spend)
+        moved(record.usage, read_now)
+        if paused:
+            self._remember(record, self.api.task(summary.task_id))
+            return "paused"
+        return warning
+
+    def _decided(self, seen: Seen, record: HookRecord) -> Answer:
         if seen.kind == "session_start":
             return self._session_start(record)
         if seen.kind == "pre_tool":

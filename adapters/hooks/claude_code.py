@@ -18,6 +18,7 @@ from devs.adapters.hooks.breaker import (
 )
 from devs.adapters.hooks.dialect import Agent, event_name, mapping_in, text_of
 from devs.adapters.hooks.install import Layout
+from devs.adapters.hooks.usage import ClaudeTranscript
 
 CLAUDE_EVENTS: dict[str, EventKind] = {
     "SessionStart": "session_start",
@@ -178,4 +179,5 @@ AGENT = Agent(
     layout=CLAUDE_CODE,
     docs="https://code.claude.com/docs/en/hooks",
     http=True,
+    usage=ClaudeTranscript(),
 )

@@ -18,6 +18,7 @@ from devs.adapters.hooks.breaker import Answer, Seen, answer_json
 from devs.adapters.hooks.claude_code import CLAUDE_EVENTS, ClaudeCode
 from devs.adapters.hooks.dialect import Agent, judged_by_output, text_of
 from devs.adapters.hooks.install import Layout, own_agent
+from devs.adapters.hooks.usage import CodexRollout
 
 PATCH_FILE = re.compile(r"\*\*\* (?:(?:Add|Update|Delete) File|Move to): (.{1,4096})")
 """A line of a patch in Codex's format that names a file it adds, changes,
@@ -259,4 +260,5 @@ AGENT = Agent(
     layout=CODEX,
     docs="https://developers.openai.com/codex/hooks",
     trust=trust,
+    usage=CodexRollout(),
 )

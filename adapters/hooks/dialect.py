@@ -21,6 +21,7 @@ import orjson
 
 from devs.adapters.hooks.breaker import Answer, Seen, answer_json
 from devs.adapters.hooks.install import Layout
+from devs.adapters.hooks.usage import Reader
 from devs.domain.errors import InvalidInput
 
 
@@ -59,6 +60,10 @@ class Agent:
     trust: Trust | None = None
     """For an agent that skips hooks until the user trusts them: what is not
     trusted yet, and how to trust it (:data:`Trust`)."""
+    usage: Reader | None = None
+    """How the agent's session files give its model calls' usage
+    (:mod:`devs.adapters.hooks.usage`); ``None``: it leaves none the hook
+    can read (docs/agents.md#spend)."""
 
 
 Trust = Callable[[Path, "Path | None", Mapping[str, str]], "str | None"]

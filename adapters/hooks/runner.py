@@ -35,6 +35,7 @@ from devs.adapters.hooks.breaker import (
 from devs.adapters.hooks.client import EVENT_MAX, server_wanted, socket_folder
 from devs.adapters.hooks.dialect import Dialect
 from devs.adapters.hooks.registry import AGENTS, load
+from devs.adapters.hooks.usage import Reader
 from devs.domain import DevsError
 from devs.domain.redaction import redact
 from devs.domain.service import RecoveryApi
@@ -77,6 +78,7 @@ def respond(
     cwd: str | None = None,
     *,
     timed: bool = True,
+    usage: Reader | None = None,
 ) -> tuple[str | None, int]:
     """The answer to one hook event (stdout text and exit code). Every
     failure is one line on stderr and exit code 1, which the agents read as
@@ -84,7 +86,8 @@ def respond(
     when the task was last seen stopped. ``cwd``: where the agent runs, when
     the event does not say (default: this process's). ``timed``: the call is
     cut at ``DEVS_HOOK_TIMEOUT`` (a process's main thread only: a server's
-    thread leaves it to the agent's own timeout)."""
+    thread leaves it to the agent's own timeout). ``usage``: how to read the
+    agent's session files for its model calls' usage (``None``: not read)."""
     if len(raw) > EVENT_MAX:
         _say(f"error: the hook event is larger than {EVENT_MAX} bytes")
         return None, 1
@@ -127,6 +130,7 @@ def respond(
             place=place,
             cli=cli,
             nudge=settings.nudge,
+            usage=usage,
             guarded=guarded_paths(
                 store,
                 settings.state_dir,
@@ -267,7 +271,8 @@ def handle(
         if agent not in AGENTS:
             _say(f"error: unknown agent {agent!r}: one of {', '.join(sorted(AGENTS))}")
             return None, errors.getvalue(), 1
-        dialect = load(agent).dialect
+        chosen = load(agent)
+        dialect = chosen.dialect
         opened = None
         try:
             if store is None:
@@ -284,6 +289,7 @@ def handle(
                 store.identity,
                 cli=store.cli,
                 cwd=cwd,
+                usage=chosen.usage,
             )
         finally:
             if opened is not None:
@@ -303,7 +309,9 @@ def over_http(
     AGENT``, with the server's store and the hooks' state files of its
     machine; an answer is 200 with the answer's JSON (``{}``: nothing to
     say), a failure 503 with the line a command hook writes on stderr, which
-    Claude Code reads as a hook that failed without blocking."""
+    Claude Code reads as a hook that failed without blocking. The server
+    opens no file an event names: a session's usage is read by the command
+    hooks only (docs/agents.md#spend)."""
     try:
         event = orjson.loads(raw)
     except orjson.JSONDecodeError as error:

@@ -31,7 +31,10 @@ def http(service: RecoveryService) -> Iterator[TestClient]:
 def history(service: RecoveryService) -> datetime:
     """Two tasks of run r, one outside it; returns when the last started."""
     service.start_run("r", {"a": [], "b": []})
-    service.start_task("a", run_id="r")
+    service.start_task("a", run_id="r", agent="codex")
+    service.record_usage(
+        "a", model="gpt-5", input_tokens=1_000, output_tokens=10, cache_read_tokens=5
+    )
     service.begin_attempt("a", LONG)
     for _ in range(3):
         service.record_gate("a", 1, error="boom")
@@ -67,6 +70,8 @@ def families(
         "devs_stuck_tasks": "gauge",
         "devs_stuck_score": "summary",
         "devs_stuck_signals": "gauge",
+        "devs_spend_usd": "counter",
+        "devs_tokens": "counter",
     }
     return found
 
@@ -129,6 +134,24 @@ def test_prometheus_text_carries_every_figure(
     assert found["devs_stuck_signals"] == {
         ("devs_stuck_signals", (("kind", "error_repeat"),)): 1.0,
         ("devs_stuck_signals", (("kind", "strategy_repeat"),)): 1.0,
+    }
+    [spent] = figures.spend
+    assert found["devs_spend_usd"] == {
+        (
+            "devs_spend_usd_total",
+            (("agent", "codex"), ("model", "gpt-5")),
+        ): pytest.approx(spent.spent_usd)
+    }
+    assert spent.spent_usd > 0
+    labels = (("agent", "codex"), ("model", "gpt-5"))
+    assert found["devs_tokens"] == {
+        ("devs_tokens_total", (*labels, ("type", kind))): count
+        for kind, count in (
+            ("input", 1_000.0),
+            ("output", 10.0),
+            ("cache_read", 5.0),
+            ("cache_creation", 0.0),
+        )
     }
 
 

@@ -31,6 +31,8 @@ def drive(service: RecoveryService) -> None:
     service.start_task("t1", run_id="r1", agent="a", last_commit="c1")
     service.start_task("t3", run_id="r1")
     service.log_lesson("t1", "regex", "cannot nest")
+    service.record_usage("t1", model="gpt-5", input_tokens=9, output_tokens=1)
+    service.record_usage("t3", model="m", input_tokens=1, output_tokens=1)
     service.begin_attempt("t1", "regex")
     service.resume("t1", actor="h", reason="ok")
     for _ in range(4):

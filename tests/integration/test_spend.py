@@ -430,3 +430,97 @@ def test_suspend_if_stopped_raises_on_a_budget_stop(make_service: MakeService) -
         suspend_if_stopped(over)
     assert suspended.value.reason == "budget_exhausted"
     assert suspended.value.session_id == over.session_id
+
+
+# ------------------------------------------------------------ seeing spend
+
+
+def test_a_tasks_spend_says_its_totals_budgets_and_each_model(
+    make_service: MakeService,
+) -> None:
+    service = make_service(DEVS_TASK_BUDGET_USD="2", DEVS_TASK_BUDGET_TOKENS="90000")
+    service.start_task("t", agent="claude-code")
+    service.record_usage(
+        "t", model=SONNET, input_tokens=1_000, output_tokens=200, cache_read_tokens=50
+    )
+    service.record_usage("t", model=SONNET, input_tokens=10, output_tokens=0)
+    service.record_usage("t", model="house-model", input_tokens=7, output_tokens=3)
+    report = service.task_spend("t")
+    assert (report.task_id, report.run_id) == ("t", None)
+    assert math.isclose(report.spent_usd, 0.006 + 0.000_015 + 0.000_03, rel_tol=1e-9)
+    assert (report.budget_usd, report.budget_tokens) == (2.0, 90_000)
+    assert report.tokens == 1_270
+    assert report.unknown_cost_tokens == 10
+    assert [(m.agent, m.model, m.usages, m.tokens) for m in report.by_model] == [
+        ("claude-code", SONNET, 2, 1_260),
+        ("claude-code", "house-model", 1, 10),
+    ]
+    assert report.by_model[1].spent_usd == 0.0
+    assert report.by_model[0].cache_read_tokens == 50
+    # The same names as the session a budget stop opens.
+    spend = service.task("t").spend
+    assert spend is not None
+    assert report.model_dump(exclude={"task_id", "run_id", "by_model"}) == (
+        spend.model_dump()
+    )
+
+
+def test_a_task_with_no_usage_spent_nothing(make_service: MakeService) -> None:
+    service = budgeted(make_service)
+    report = service.task_spend("t")
+    assert (report.spent_usd, report.tokens, report.by_model) == (0.0, 0, ())
+    with pytest.raises(Exception, match="unknown task 'nope'"):
+        service.task_spend("nope")
+
+
+def test_a_runs_spend_adds_up_its_tasks(make_service: MakeService) -> None:
+    service = make_service()
+    service.start_run("r", {"a": [], "b": ["a"]})
+    service.start_task("a", run_id="r", agent="codex")
+    service.start_task("other", agent="codex")
+    service.record_usage("a", model="gpt-5", input_tokens=1_000_000, output_tokens=0)
+    service.record_usage("other", model="gpt-5", input_tokens=5, output_tokens=5)
+    service.record_usage("a", model="gpt-5", input_tokens=0, output_tokens=1_000)
+    report = service.run_spend("r")
+    assert (report.task_id, report.run_id) == (None, "r")
+    assert report.tokens == 1_001_000
+    assert [(m.agent, m.model, m.usages) for m in report.by_model] == [
+        ("codex", "gpt-5", 2)
+    ]
+    assert report.spent_usd == report.by_model[0].spent_usd > 1.0
+    with pytest.raises(Exception, match="unknown run 'nope'"):
+        service.run_spend("nope")
+
+
+def test_metrics_give_the_spend_by_agent_and_model_and_a_rebuild_keeps_it(
+    make_service: MakeService,
+) -> None:
+    from devs.adapters.prometheus import exposition
+
+    service = make_service()
+    for task, agent in (("t", "claude-code"), ("u", "codex"), ("v", None)):
+        service.start_task(task, agent=agent)
+    service.record_usage("t", model=SONNET, input_tokens=100, output_tokens=10)
+    service.record_usage("u", model="gpt-5", input_tokens=100, output_tokens=10)
+    service.record_usage("v", model="gpt-5", input_tokens=1, output_tokens=1)
+    service.record_usage(
+        "t", model=SONNET, input_tokens=1, output_tokens=1, usage_id="once"
+    )
+    service.record_usage(
+        "t", model=SONNET, input_tokens=1, output_tokens=1, usage_id="once"
+    )
+    before = service.metrics().spend
+    assert {(m.agent, m.model, m.usages) for m in before} == {
+        ("claude-code", SONNET, 2),
+        ("codex", "gpt-5", 1),
+        (None, "gpt-5", 1),
+    }
+    text = exposition(service.metrics()).decode()
+    assert (
+        f'devs_tokens_total{{agent="claude-code",model="{SONNET}",type="input"}} 101.0'
+        in text
+    )
+    assert 'devs_spend_usd_total{agent="",model="gpt-5"}' in text
+    service.rebuild_projections("metrics")
+    assert service.metrics().spend == before
+    assert service.verify().ok

@@ -34,6 +34,7 @@ from devs.domain import (
     GateStatus,
     HistoryEntry,
     Lesson,
+    SpendReport,
     TaskIndexEntry,
     TaskSummary,
     UsageDecision,
@@ -155,6 +156,14 @@ def task(served: Devs, task_id: TaskPath, response: Response) -> TaskSummary:
 def gate_status(served: Devs, task_id: TaskPath, position: ReadAfter) -> GateStatus:
     with served.service.reading_after(position):
         return served.service.gate_status(task_id)
+
+
+@router.get("/tasks/{task_id}/spend")
+def task_spend(served: Devs, task_id: TaskPath, position: ReadAfter) -> SpendReport:
+    """What the task spent on model calls, its budgets and each model's
+    share (docs/failure-ladder.md#spend)."""
+    with served.service.reading_after(position):
+        return served.service.task_spend(task_id)
 
 
 @router.get("/tasks/{task_id}/lessons")

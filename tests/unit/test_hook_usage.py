@@ -1,0 +1,390 @@
+"""Reading an agent's session files for usage (devs.adapters.hooks.usage):
+each message once, only what was appended, whole lines, any split of the
+reads giving the same totals."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from devs.adapters.hooks.usage import (
+    ClaudeTranscript,
+    CodexRollout,
+    Cursor,
+    Found,
+    Reader,
+    moved,
+    read,
+    read_session,
+)
+
+CLAUDE = ClaudeTranscript()
+CODEX = CodexRollout()
+
+
+def assistant(
+    ident: str,
+    model: str = "claude-sonnet-4-5",
+    *,
+    out: int = 10,
+    inp: int = 100,
+    cache_read: int = 0,
+    cache_write: int = 0,
+) -> dict[str, Any]:
+    return {
+        "type": "assistant",
+        "message": {
+            "id": ident,
+            "model": model,
+            "usage": {
+                "input_tokens": inp,
+                "output_tokens": out,
+                "cache_read_input_tokens": cache_read,
+                "cache_creation_input_tokens": cache_write,
+            },
+        },
+    }
+
+
+def lines(rows: list[dict[str, Any]]) -> bytes:
+    return b"".join(orjson.dumps(row) + b"\n" for row in rows)
+
+
+def totals(found: list[Found]) -> dict[str, tuple[int, int, int, int]]:
+    summed: dict[str, list[int]] = {}
+    for item in found:
+        for model, tokens in item.by_model.items():
+            counts = summed.setdefault(model, [0, 0, 0, 0])
+            counts[0] += tokens.input_tokens
+            counts[1] += tokens.output_tokens
+            counts[2] += tokens.cache_read_tokens
+            counts[3] += tokens.cache_creation_tokens
+    return {
+        model: (a, b, c, d)
+        for model, (a, b, c, d) in summed.items()
+        if a or b or c or d
+    }
+
+
+def read_all(reader: Reader, path: Path, cursor: Cursor) -> Found:
+    found = read(reader, path, cursor)
+    assert found is not None
+    return found
+
+
+def test_a_message_written_as_several_rows_counts_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    rows = [assistant("m1"), assistant("m1"), {"type": "user"}, assistant("m2", out=7)]
+    path.write_bytes(lines(rows))
+    found = read_all(CLAUDE, path, Cursor())
+    assert totals([found]) == {"claude-sonnet-4-5": (200, 17, 0, 0)}
+    assert found.start == 0
+    assert found.end == path.stat().st_size
+
+
+def test_a_message_whose_rows_grow_counts_the_most_they_say(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(lines([assistant("m1", out=1), assistant("m1", out=10)]))
+    assert totals([read_all(CLAUDE, path, Cursor())]) == {
+        "claude-sonnet-4-5": (100, 10, 0, 0)
+    }
+
+
+def test_a_message_across_two_reads_counts_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    cursor = Cursor()
+    path.write_bytes(lines([assistant("m1", out=1)]))
+    first = read_all(CLAUDE, path, cursor)
+    with path.open("ab") as file:
+        file.write(lines([assistant("m1", out=10), assistant("m2")]))
+    second = read_all(CLAUDE, path, cursor)
+    assert totals([first]) == {"claude-sonnet-4-5": (100, 1, 0, 0)}
+    assert totals([second]) == {"claude-sonnet-4-5": (100, 19, 0, 0)}
+    assert second.start == first.end
+
+
+def test_only_what_was_appended_is_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    cursor = Cursor()
+    path.write_bytes(lines([assistant("m1")]))
+    read_all(CLAUDE, path, cursor)
+    again = read_all(CLAUDE, path, cursor)
+    assert totals([again]) == {}
+    assert again.start == again.end == path.stat().st_size
+
+
+def test_a_line_being_written_waits_for_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    whole = lines([assistant("m1"), assistant("m2")])
+    path.write_bytes(whole[:-20])  # the second row cut short
+    cursor = Cursor()
+    first = read_all(CLAUDE, path, cursor)
+    assert totals([first]) == {"claude-sonnet-4-5": (100, 10, 0, 0)}
+    path.write_bytes(whole)
+    second = read_all(CLAUDE, path, cursor)
+    assert totals([second]) == {"claude-sonnet-4-5": (100, 10, 0, 0)}
+
+
+def test_cache_tokens_and_models_are_counted_apart(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    rows = [
+        assistant("m1", cache_read=5_000, cache_write=300),
+        assistant("m2", "claude-haiku-4-5", inp=3, out=4),
+    ]
+    path.write_bytes(lines(rows))
+    assert totals([read_all(CLAUDE, path, Cursor())]) == {
+        "claude-sonnet-4-5": (100, 10, 5_000, 300),
+        "claude-haiku-4-5": (3, 4, 0, 0),
+    }
+
+
+def test_rows_that_are_not_usage_count_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    bad: list[Any] = [
+        {
+            "type": "user",
+            "message": {"usage": {"input_tokens": 9}, "role": "assistant"},
+        },
+        {"type": "assistant", "message": "text"},
+        {"type": "assistant", "message": {"id": "x", "usage": "lots"}},
+        assistant("m3", inp=-5, out=True),
+        assistant("m4", inp=10**16, out=0),
+        ["assistant", "usage"],
+    ]
+    body = lines(bad) + b'{"type":"assistant","usage": not json\n'
+    path.write_bytes(body)
+    found = read_all(CLAUDE, path, Cursor())
+    assert totals([found]) == {}
+    assert found.end == len(body)
+
+
+def test_a_model_name_is_one_bounded_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(
+        lines([assistant("m1", "a\nmodel " + "x" * 500), assistant("m2", model=None)])  # type: ignore[arg-type]
+    )
+    models = set(totals([read_all(CLAUDE, path, Cursor())]))
+    assert models == {"a model " + "x" * 192, "unknown"}
+
+
+def test_a_subagent_transcript_is_counted(tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(lines([assistant("m1")]))
+    folder = tmp_path / "session" / "subagents"
+    folder.mkdir(parents=True)
+    (folder / "agent-a1.jsonl").write_bytes(
+        lines([assistant("s1", "claude-haiku-4-5")])
+    )
+    (folder / "notes.jsonl").write_bytes(lines([assistant("n1", "other")]))
+    read_now = read_session(CLAUDE, str(path), {})
+    assert [key for key, _, _ in read_now] == [
+        str(path),
+        str(folder / "agent-a1.jsonl"),
+    ]
+    assert totals([found for _, _, found in read_now]) == {
+        "claude-sonnet-4-5": (100, 10, 0, 0),
+        "claude-haiku-4-5": (100, 10, 0, 0),
+    }
+
+
+def test_reading_leaves_the_cursors_until_they_are_moved(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(lines([assistant("m1")]))
+    cursors: dict[str, Cursor] = {}
+    read_now = read_session(CLAUDE, str(path), cursors)
+    assert cursors == {}
+    moved(cursors, read_now)
+    assert cursors[str(path)].offset == path.stat().st_size
+    again = read_session(CLAUDE, str(path), cursors)
+    assert totals([found for _, _, found in again]) == {}
+
+
+def test_a_relative_or_odd_path_is_not_read(tmp_path: Path) -> None:
+    assert read_session(CLAUDE, "s.jsonl", {}) == []
+    assert read_session(CLAUDE, str(tmp_path / "a\x00b"), {}) == []
+    assert read_session(CLAUDE, str(tmp_path / "missing.jsonl"), {}) == []
+
+
+def test_a_fifo_a_folder_and_a_symlink_are_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    assert read(CLAUDE, fifo, Cursor()) is None  # would block forever
+    assert read(CLAUDE, tmp_path, Cursor()) is None
+    real = tmp_path / "real.jsonl"
+    real.write_bytes(lines([assistant("m1")]))
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    assert read(CLAUDE, link, Cursor()) is None
+
+
+def test_a_file_written_anew_is_read_from_its_start(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    cursor = Cursor()
+    path.write_bytes(lines([assistant("m1"), assistant("m2"), assistant("m3")]))
+    read_all(CLAUDE, path, cursor)
+    path.write_bytes(lines([assistant("n1")]))
+    again = read_all(CLAUDE, path, cursor)
+    assert again.start == 0
+    assert totals([again]) == {"claude-sonnet-4-5": (100, 10, 0, 0)}
+
+
+def test_an_overlong_line_is_skipped_and_the_next_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from devs.adapters.hooks import usage
+
+    monkeypatch.setattr(usage, "CHUNK", 64)
+    monkeypatch.setattr(usage, "LINE_MAX", 200)
+    path = tmp_path / "s.jsonl"
+    long_row = assistant("long", model="m" * 150)
+    body = lines([long_row]) + lines([assistant("m2")])
+    path.write_bytes(body)
+    cursor = Cursor()
+    found = read_all(CLAUDE, path, cursor)
+    assert totals([found]) == {"claude-sonnet-4-5": (100, 10, 0, 0)}
+    assert found.end == len(body)
+
+
+def test_usage_ids_name_the_file_the_range_and_the_model(tmp_path: Path) -> None:
+    one = Found(path="/a.jsonl", start=0, end=10)
+    assert one.usage_id("m") == Found(path="/a.jsonl", start=0, end=10).usage_id("m")
+    others = {
+        one.usage_id("n"),
+        Found(path="/b.jsonl", start=0, end=10).usage_id("m"),
+        Found(path="/a.jsonl", start=0, end=11).usage_id("m"),
+    }
+    assert one.usage_id("m") not in others
+    assert len(others) == 3
+    assert one.usage_id("m").startswith("file-")
+    assert len(one.usage_id("m")) == 45
+
+
+def test_a_cursor_survives_the_state_file() -> None:
+    cursor = Cursor(
+        offset=9, message="m", counted=(1, 2, 3, 4), model="g", totals=(5, 6, 7, 0)
+    )
+    assert Cursor.load(orjson.loads(orjson.dumps(cursor.dump()))) == cursor
+    assert Cursor.load("damaged") == Cursor()
+    assert Cursor.load([-4, None, [1, 2, 3, 4], None, [0, 0, 0, 0], False]).offset == 0
+
+
+# ------------------------------------------------------------ Codex
+
+
+def turn(model: str) -> dict[str, Any]:
+    return {"type": "turn_context", "payload": {"model": model, "cwd": "/x"}}
+
+
+def token_count(inp: int, cached: int, out: int) -> dict[str, Any]:
+    total = {
+        "input_tokens": inp,
+        "cached_input_tokens": cached,
+        "output_tokens": out,
+        "reasoning_output_tokens": 0,
+        "total_tokens": inp + out,
+    }
+    return {
+        "type": "event_msg",
+        "payload": {
+            "type": "token_count",
+            "info": {"total_token_usage": total, "last_token_usage": total},
+        },
+    }
+
+
+def test_codex_counts_how_far_the_totals_moved(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.jsonl"
+    rows = [
+        turn("gpt-5-codex"),
+        {"type": "event_msg", "payload": {"type": "token_count", "info": None}},
+        token_count(1_000, 200, 50),
+        token_count(1_000, 200, 50),  # a repeat: nothing new
+        token_count(2_500, 700, 90),
+    ]
+    path.write_bytes(lines(rows))
+    assert totals([read_all(CODEX, path, Cursor())]) == {
+        "gpt-5-codex": (1_800, 90, 700, 0)
+    }
+
+
+def test_codex_totals_carry_over_reads_and_models(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.jsonl"
+    cursor = Cursor()
+    path.write_bytes(lines([turn("gpt-5"), token_count(100, 0, 10)]))
+    first = read_all(CODEX, path, cursor)
+    with path.open("ab") as file:
+        file.write(lines([turn("gpt-5-mini"), token_count(160, 20, 15)]))
+    second = read_all(CODEX, path, cursor)
+    assert totals([first]) == {"gpt-5": (100, 10, 0, 0)}
+    assert totals([second]) == {"gpt-5-mini": (40, 5, 20, 0)}
+
+
+def test_codex_totals_that_start_again_count_from_zero(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.jsonl"
+    path.write_bytes(
+        lines([turn("gpt-5"), token_count(500, 0, 50), token_count(30, 0, 3)])
+    )
+    assert totals([read_all(CODEX, path, Cursor())]) == {"gpt-5": (530, 53, 0, 0)}
+
+
+# ------------------------------------------------------------ any split
+
+
+def _claude_rows(draw: st.DrawFn) -> list[dict[str, Any]]:
+    messages = draw(st.integers(1, 8))
+    rows: list[dict[str, Any]] = []
+    for index in range(messages):
+        model = draw(st.sampled_from(["a", "b"]))
+        outs = sorted(draw(st.lists(st.integers(0, 50), min_size=1, max_size=3)))
+        rows += [assistant(f"m{index}", model, out=out) for out in outs]
+        if draw(st.booleans()):
+            rows.append({"type": "user", "message": {"content": "x"}})
+    return rows
+
+
+@st.composite
+def split_sessions(draw: st.DrawFn) -> tuple[str, bytes, list[int]]:
+    kind = draw(st.sampled_from(["claude", "codex"]))
+    if kind == "claude":
+        body = lines(_claude_rows(draw))
+    else:
+        rows: list[dict[str, Any]] = []
+        inp = out = cached = 0
+        for _ in range(draw(st.integers(1, 8))):
+            if draw(st.booleans()):
+                rows.append(turn(draw(st.sampled_from(["g", "h"]))))
+            inp += draw(st.integers(0, 500))
+            cached = min(inp, cached + draw(st.integers(0, 100)))
+            out += draw(st.integers(0, 50))
+            rows.append(token_count(inp, cached, out))
+        body = lines(rows)
+    cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=4)))
+    return kind, body, cuts
+
+
+@settings(max_examples=150, deadline=None)
+@given(split_sessions())
+def test_any_split_of_the_reads_counts_the_same(
+    tmp_path_factory: pytest.TempPathFactory, case: tuple[str, bytes, list[int]]
+) -> None:
+    """However the file grows between the hook's calls, even mid-line, the
+    reads together count what one read of the whole file counts."""
+    kind, body, cuts = case
+    reader: Reader = CLAUDE if kind == "claude" else CODEX
+    folder = tmp_path_factory.mktemp("split")
+    whole = folder / "whole.jsonl"
+    whole.write_bytes(body)
+    expected = totals([read_all(reader, whole, Cursor())])
+    grown = folder / "grown.jsonl"
+    cursor = Cursor()
+    found = []
+    for cut in [*cuts, len(body)]:
+        grown.write_bytes(body[:cut])
+        found.append(read_all(reader, grown, cursor))
+    assert totals(found) == expected
