@@ -134,6 +134,9 @@ class Seen:
     transcript: str | None = None
     """Where the agent keeps the session's transcript (Claude Code's and
     Codex's ``transcript_path``): a task started on this event links it."""
+    session: str | None = None
+    """The agent's id of its session, where the hooks need it to find the
+    session's file (Copilot CLI's ``sessionId``)."""
 
 
 @dataclass(frozen=True)
@@ -819,9 +822,11 @@ class Breaker:
         guarded: Sequence[str] = (),
         nudge: bool = True,
         usage: Reader | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.nudge = nudge
         self.usage = usage
+        self.environ = environ if environ is not None else {}
         self._open = api
         self.guarded = tuple(guarded)
         self._api: RecoveryApi | None = None
@@ -916,17 +921,26 @@ class Breaker:
 
     def _handle(self, seen: Seen, record: HookRecord) -> Answer:
         record.transcript = seen.transcript
+        session_file = None
+        if self.usage is not None:
+            session_file = self.usage.where(seen.transcript, seen.session, self.environ)
+        spent: str | None = None
+        if session_file is not None and seen.kind == "session_start":
+            # What the files gained before this session went on belongs to
+            # the task refereed until now: read before a new one starts.
+            spent = self._spent(session_file, record)
         answer = self._decided(seen, record)
-        if self.usage is None or not seen.transcript:
-            return answer
-        spent = self._spent(seen.transcript, record)
-        if spent == "paused":
+        if session_file is not None:
+            # (At a session's start, what the task just started has made:
+            # what was read before is moved past, nothing counts twice.)
+            spent = self._spent(session_file, record) or spent
+        if spent == "paused" and seen.kind != "session_start":
             # The model calls read now spent the budget: halted here, and a
             # tool about to run is refused (docs/agents.md#spend).
             record.warning = None
             deny = record.stopped if seen.kind == "pre_tool" else None
             return Answer(deny=deny, halt=record.stopped)
-        if spent is not None:
+        if spent not in (None, "paused"):
             record.warning = spent
         if (
             record.warning is not None
@@ -938,15 +952,17 @@ class Breaker:
             record.warning = None
         return answer
 
-    def _spent(self, transcript: str, record: HookRecord) -> str | None:
+    def _spent(self, session_file: Path, record: HookRecord) -> str | None:
         """Record the usage the agent's session files gained since the last
         call, against the task being refereed: ``"paused"`` when it spent
         a budget, the warning when it crossed the budget's warning fraction,
-        else ``None``. Nothing is read for a task not started yet (its
-        usage counts once it starts, from the files' start)."""
+        else ``None``. Nothing is read before the series' first task starts
+        (its usage counts then, from the files' start); the calls made after
+        a task finished, before the next one starts, are the finished one's
+        (a finished task takes usage, and is stopped by none)."""
         assert self.usage is not None
         forgotten = not record.usage  # a first call, or a lost state file
-        read_now = read_session(self.usage, transcript, record.usage)
+        read_now = read_session(self.usage, session_file, record.usage)
         found = [
             (found, model, tokens)
             for _, _, found in read_now
@@ -957,8 +973,12 @@ class Breaker:
             moved(record.usage, read_now)
             return None
         _, summary = self._current(record)
-        if summary is None or summary.state in FINISHED:
-            return None  # counted once the series' next task starts
+        if summary is None and record.generation > 1:
+            # Between two tasks of the series (the last one finished, the
+            # next not started): the calls made since are the last one's.
+            summary = self._known(generation_id(self.base, record.generation - 1))
+        if summary is None:
+            return None  # counted once the series' first task starts
         if forgotten and summary.spend is not None and summary.spend.tokens:
             # The task has usage but this state file read none: it was lost.
             # What the files hold was counted before (up to the last call):

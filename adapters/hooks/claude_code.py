@@ -168,6 +168,8 @@ CLAUDE_CODE = Layout(
         ("PostToolUseFailure", "Bash"),
         ("PostToolBatch", None),
         ("Stop", None),
+        # Nothing to decide: the session's last usage, on disk by then.
+        ("SessionEnd", None),
     ),
     no_http=frozenset({"SessionStart"}),
 )

@@ -8,6 +8,7 @@ tests/agents).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +20,7 @@ from devs.adapters.hooks.breaker import Answer, EventKind, Seen, answer_json
 from devs.adapters.hooks.codex import patch_edits
 from devs.adapters.hooks.dialect import Agent, judged_by_output, mapping_in, text_of
 from devs.adapters.hooks.install import Layout
+from devs.adapters.hooks.usage import CopilotEvents
 
 COPILOT_EVENTS: dict[str, EventKind] = {
     "SessionStart": "session_start",
@@ -78,6 +80,13 @@ class Copilot:
     agent = "copilot"
 
     def read(self, event: Mapping[str, Any]) -> Seen:
+        seen = self._read(event)
+        session = event.get("sessionId", event.get("session_id"))
+        if isinstance(session, str) and session:
+            return dataclasses.replace(seen, session=session[:200])
+        return seen
+
+    def _read(self, event: Mapping[str, Any]) -> Seen:
         if event.get("hookName") == PERMISSION_HOOK:
             return self._permission(event)
         name = event.get("hook_event_name")
@@ -244,4 +253,5 @@ AGENT = Agent(
     layout=COPILOT,
     docs="https://docs.github.com/en/copilot/reference/copilot-cli-reference/cli-hooks-reference",
     trust=trust,
+    usage=CopilotEvents(),
 )

@@ -19,6 +19,7 @@ import orjson
 from devs.adapters.hooks.breaker import Answer, EventKind, Seen, answer_json
 from devs.adapters.hooks.dialect import Agent, event_name, mapping_in, text_of
 from devs.adapters.hooks.install import Layout
+from devs.adapters.hooks.usage import GeminiChat
 
 GEMINI_EVENTS: dict[str, EventKind] = {
     "SessionStart": "session_start",
@@ -41,6 +42,7 @@ class Gemini:
         name = event_name(event)
         kind = GEMINI_EVENTS.get(name, "other")
         cwd = event.get("cwd")
+        transcript = event.get("transcript_path")
         tool = event.get("tool_name")
         tool_input = mapping_in(event, "tool_input")
         command = None
@@ -84,6 +86,7 @@ class Gemini:
             output=output,
             stop_hook_active=event.get("stop_hook_active") is True,
             unjudged=unjudged,
+            transcript=transcript if isinstance(transcript, str) else None,
         )
 
     def write(self, seen: Seen, answer: Answer) -> tuple[str | None, int]:
@@ -174,4 +177,5 @@ AGENT = Agent(
     layout=GEMINI,
     docs="https://geminicli.com/docs/hooks/reference",
     trust=trust,
+    usage=GeminiChat(),
 )

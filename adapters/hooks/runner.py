@@ -131,6 +131,7 @@ def respond(
             cli=cli,
             nudge=settings.nudge,
             usage=usage,
+            environ=environ,
             guarded=guarded_paths(
                 store,
                 settings.state_dir,

@@ -1,8 +1,10 @@
 """Token usage read from the files an agent writes as it works: Claude Code's
-transcript (and its subagents'), Codex's rollout. docs/agents.md says what
-each agent exposes.
+transcript (and its subagents'), Codex's rollout, Gemini CLI's chat
+recording, Copilot CLI's session events. docs/agents.md#spend says what each
+agent exposes, and when it is on disk.
 
-A hook event names the session's file (``transcript_path``); each call reads
+A hook event names the session's file (``transcript_path``; Copilot CLI's
+is found from its ``sessionId``); each call reads
 only what was appended since the last one (a :class:`Cursor` per file, kept in
 the hook's state file), whole lines only, in one pass: a 100 MB transcript
 costs one read, then its new tail. What a call finds is summed per model and
@@ -20,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,6 +45,10 @@ MODEL_MAX = 200
 TOKENS_MAX = 10**15
 """The most tokens one row may claim (a larger count is not a count)."""
 UNKNOWN_MODEL = "unknown"
+RECENT_MAX = 64
+"""Ids a cursor remembers as counted."""
+SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+"""A session id that may name a folder (Copilot CLI's)."""
 
 
 @dataclass
@@ -59,6 +66,12 @@ class Cursor:
     """Codex: the model of the turn being read."""
     totals: tuple[int, int, int, int] = (0, 0, 0, 0)
     """Codex: the session's totals at ``offset``."""
+    records: bool = False
+    """Codex: the file has ``token_usage_record`` rows (its totals are then
+    not counted as well)."""
+    recent: tuple[str, ...] = ()
+    """Gemini CLI, Copilot CLI, Codex's records: the ids counted last (a
+    message may be written again a few rows later)."""
     skip: bool = False
     """``offset`` is inside a line too long to read: skip to its end."""
 
@@ -69,6 +82,8 @@ class Cursor:
             list(self.counted),
             self.model,
             list(self.totals),
+            self.records,
+            list(self.recent),
             self.skip,
         ]
 
@@ -76,13 +91,15 @@ class Cursor:
     def load(cls, raw: Any) -> Cursor:
         """A cursor from the state file (a damaged one starts over)."""
         try:
-            offset, message, counted, model, totals, skip = raw
+            offset, message, counted, model, totals, records, recent, skip = raw
             return cls(
                 offset=max(0, int(offset)),
                 message=str(message)[:MODEL_MAX] if message is not None else None,
                 counted=_four(counted),
                 model=str(model)[:MODEL_MAX] if model is not None else None,
                 totals=_four(totals),
+                records=records is True,
+                recent=tuple(str(r)[:MODEL_MAX] for r in recent)[-RECENT_MAX:],
                 skip=skip is True,
             )
         except (TypeError, ValueError):
@@ -140,6 +157,13 @@ class Found:
 class Reader(Protocol):
     """How one agent's session file is read."""
 
+    def where(
+        self, transcript: str | None, session: str | None, environ: Mapping[str, str]
+    ) -> Path | None:
+        """The session's file: the event's ``transcript_path`` (absolute),
+        or where the agent keeps the session ``session``; ``None``: none."""
+        ...
+
     def files(self, transcript: Path) -> list[Path]:
         """The files of the session: its own, then its subagents'."""
         ...
@@ -178,25 +202,63 @@ def _tokens(found: Found, model: str) -> Tokens:
     return tokens
 
 
+def _named(transcript: str | None) -> Path | None:
+    """The event's own ``transcript_path``, if it is an absolute path."""
+    if not transcript or not os.path.isabs(transcript) or "\x00" in transcript:
+        return None
+    return Path(transcript)
+
+
+def _nested(folder: Path, suffix: str = ".jsonl", depth: int = 2) -> list[Path]:
+    """The files of ``folder`` (and of its folders, ``depth`` deep) whose
+    names end with ``suffix``, by path, at most :data:`SUBAGENT_FILES_MAX`;
+    symlinks are not followed."""
+    found: list[Path] = []
+    folders = [(folder, depth)]
+    while folders and len(found) < SUBAGENT_FILES_MAX:
+        where, left = folders.pop(0)
+        try:
+            entries = sorted(os.scandir(where), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False) and entry.name.endswith(suffix):
+                found.append(Path(entry.path))
+            elif left and entry.is_dir(follow_symlinks=False):
+                folders.append((Path(entry.path), left - 1))
+    return found[:SUBAGENT_FILES_MAX]
+
+
+def _once(cursor: Cursor, ident: Any) -> bool:
+    """Whether ``ident`` is new to the cursor (then remembered); a row
+    without an id is always new."""
+    if not isinstance(ident, str) or not ident:
+        return True
+    ident = ident[:MODEL_MAX]
+    if ident in cursor.recent:
+        return False
+    cursor.recent = (*cursor.recent, ident)[-RECENT_MAX:]
+    return True
+
+
 class ClaudeTranscript:
     """Claude Code's transcript: one JSON object a line; ``type:
     "assistant"`` rows carry ``message.id``, ``message.model`` and
     ``message.usage``; one message may be several rows (one per content
     block), so each ``message.id`` counts once, at the most its rows say.
-    A subagent writes ``<session>/subagents/agent-*.jsonl`` beside the
-    session's ``<session>.jsonl``."""
+    A subagent writes ``<session>/subagents/[…/]agent-*.jsonl`` beside the
+    session's ``<session>.jsonl``. Claude Code writes its rows every 100 ms:
+    a hook often reads a message a call or two after it was made, and
+    every one by ``Stop``."""
+
+    def where(
+        self, transcript: str | None, session: str | None, environ: Mapping[str, str]
+    ) -> Path | None:
+        return _named(transcript)
 
     def files(self, transcript: Path) -> list[Path]:
         folder = transcript.with_suffix("") / "subagents"
-        try:
-            names = sorted(
-                entry.name
-                for entry in os.scandir(folder)
-                if entry.name.startswith("agent-") and entry.name.endswith(".jsonl")
-            )
-        except OSError:
-            names = []
-        return [transcript, *(folder / n for n in names[:SUBAGENT_FILES_MAX])]
+        return [transcript, *_nested(folder)]
 
     def wanted(self, line: bytes) -> bool:
         return b'"usage"' in line and b'"assistant"' in line
@@ -242,17 +304,28 @@ class ClaudeTranscript:
 
 
 class CodexRollout:
-    """Codex's rollout: ``turn_context`` rows name the model of the turn,
-    ``event_msg`` rows of type ``token_count`` carry the session's running
-    totals (``info.total_token_usage``; OpenAI's input counts include the
-    cached ones). A call counts how far the totals moved; a row that
-    repeats them counts nothing."""
+    """Codex's rollout: ``turn_context`` rows name the model of the turn;
+    a ``token_usage_record`` row (Codex 0.171) gives one response's usage,
+    written as the response ends (``response_id``); older versions give
+    only ``event_msg`` rows of type ``token_count`` with the session's
+    running totals (``info.total_token_usage``), counted by how far they
+    moved (a row that repeats them counts nothing). OpenAI's input counts
+    include the cached ones."""
+
+    def where(
+        self, transcript: str | None, session: str | None, environ: Mapping[str, str]
+    ) -> Path | None:
+        return _named(transcript)
 
     def files(self, transcript: Path) -> list[Path]:
         return [transcript]
 
     def wanted(self, line: bytes) -> bool:
-        return b'"token_count"' in line or b'"turn_context"' in line
+        return (
+            b'"token_usage_record"' in line
+            or b'"token_count"' in line
+            or b'"turn_context"' in line
+        )
 
     def row(self, row: Mapping[str, Any], cursor: Cursor, found: Found) -> None:
         payload = row.get("payload")
@@ -261,8 +334,13 @@ class CodexRollout:
         if row.get("type") == "turn_context":
             cursor.model = _model(payload.get("model"))
             return
+        if row.get("type") == "token_usage_record":
+            self._record(payload, cursor, found)
+            return
         if row.get("type") != "event_msg" or payload.get("type") != "token_count":
             return
+        if cursor.records:
+            return  # counted by the records
         info = payload.get("info")
         total = info.get("total_token_usage") if isinstance(info, Mapping) else None
         if not isinstance(total, Mapping):
@@ -286,6 +364,108 @@ class CodexRollout:
         cursor.totals = now
         if any(added):
             _tokens(found, cursor.model or UNKNOWN_MODEL).add(added)
+
+    def _record(self, payload: Mapping[str, Any], cursor: Cursor, found: Found) -> None:
+        usage = payload.get("usage")
+        if not isinstance(usage, Mapping):
+            return
+        if not cursor.records:
+            # The totals counted so far stand; from here on, the records.
+            cursor.records = True
+        if not _once(cursor, payload.get("response_id")):
+            return
+        cached = _count(usage.get("cached_input_tokens"))
+        counts = (
+            max(0, _count(usage.get("input_tokens")) - cached),
+            _count(usage.get("output_tokens")),
+            cached,
+            _count(usage.get("cache_write_input_tokens")),
+        )
+        if any(counts):
+            _tokens(found, cursor.model or UNKNOWN_MODEL).add(counts)
+
+
+class GeminiChat:
+    """Gemini CLI's chat recording (0.61: JSONL, appended): a ``type:
+    "gemini"`` row is a model answer with its ``model`` and ``tokens``
+    (``input`` counts the ``cached`` ones; ``thoughts`` are billed as output,
+    ``tool`` as input). An answer is written again when its tool calls are
+    attached: each ``id`` counts once. A subagent's chat is
+    ``chats/<session>/<id>.jsonl``."""
+
+    def where(
+        self, transcript: str | None, session: str | None, environ: Mapping[str, str]
+    ) -> Path | None:
+        return _named(transcript)
+
+    def files(self, transcript: Path) -> list[Path]:
+        return [transcript, *_nested(transcript.with_suffix(""), depth=0)]
+
+    def wanted(self, line: bytes) -> bool:
+        return b'"tokens"' in line and b'"gemini"' in line
+
+    def row(self, row: Mapping[str, Any], cursor: Cursor, found: Found) -> None:
+        tokens = row.get("tokens")
+        if row.get("type") != "gemini" or not isinstance(tokens, Mapping):
+            return
+        if not _once(cursor, row.get("id")):
+            return
+        cached = _count(tokens.get("cached"))
+        counts = (
+            max(0, _count(tokens.get("input")) - cached) + _count(tokens.get("tool")),
+            _count(tokens.get("output")) + _count(tokens.get("thoughts")),
+            cached,
+            0,
+        )
+        if any(counts):
+            _tokens(found, _model(row.get("model"))).add(counts)
+
+
+class CopilotEvents:
+    """Copilot CLI's session events, ``<COPILOT_HOME or ~/.copilot>/
+    session-state/<sessionId>/events.jsonl``: a ``session.usage_record``
+    row per model call (``data.usage``: ``model``, ``inputTokens``,
+    ``outputTokens``, ``cacheReadTokens``, ``cacheWriteTokens``; counted
+    once by ``accounting.usageId``). Copilot writes them late: a call's
+    record is on disk a call or so after it, the session's last after its
+    ``sessionEnd``, so it counts when the session is next resumed."""
+
+    def where(
+        self, transcript: str | None, session: str | None, environ: Mapping[str, str]
+    ) -> Path | None:
+        if session is None or SESSION_ID.fullmatch(session) is None:
+            return None
+        home = environ.get("COPILOT_HOME") or ""
+        if not os.path.isabs(home):
+            user = environ.get("HOME") or ""
+            if not os.path.isabs(user):
+                return None
+            home = os.path.join(user, ".copilot")
+        return Path(home) / "session-state" / session / "events.jsonl"
+
+    def files(self, transcript: Path) -> list[Path]:
+        return [transcript]
+
+    def wanted(self, line: bytes) -> bool:
+        return b'"session.usage_record"' in line
+
+    def row(self, row: Mapping[str, Any], cursor: Cursor, found: Found) -> None:
+        data = row.get("data")
+        usage = data.get("usage") if isinstance(data, Mapping) else None
+        if row.get("type") != "session.usage_record" or not isinstance(usage, Mapping):
+            return
+        accounting = usage.get("accounting")
+        ident = accounting.get("usageId") if isinstance(accounting, Mapping) else None
+        if not _once(cursor, ident or usage.get("apiCallId")):
+            return
+        counts = (
+            _count(usage.get("inputTokens")),
+            _count(usage.get("outputTokens")),
+            _count(usage.get("cacheReadTokens")),
+            _count(usage.get("cacheWriteTokens")),
+        )
+        if any(counts):
+            _tokens(found, _model(usage.get("model"))).add(counts)
 
 
 # ------------------------------------------------------------ reading
@@ -311,9 +491,8 @@ def read(reader: Reader, path: Path, cursor: Cursor) -> Found | None:
     with os.fdopen(fd, "rb", buffering=0) as file:
         if status.st_size < cursor.offset:
             # Shorter than what was read: the file was written anew.
-            fresh = Cursor()
-            cursor.offset, cursor.message, cursor.counted = 0, None, fresh.counted
-            cursor.totals, cursor.skip = fresh.totals, False
+            for name, value in dataclasses.asdict(Cursor()).items():
+                setattr(cursor, name, value)
         start = cursor.offset
         found = Found(path=str(path), start=start, end=start)
         file.seek(start)
@@ -363,15 +542,13 @@ def _parse(reader: Reader, line: bytes, cursor: Cursor, found: Found) -> None:
 
 
 def read_session(
-    reader: Reader, transcript: str, cursors: Mapping[str, Cursor]
+    reader: Reader, session_file: Path, cursors: Mapping[str, Cursor]
 ) -> list[tuple[str, Cursor, Found]]:
     """Each file of the session read past its cursor in ``cursors`` (the
     start, for a file not seen before): its key, its cursor moved past what
     was read (``cursors`` is left as it is), and what it held."""
-    if not os.path.isabs(transcript) or "\x00" in transcript:
-        return []
     read_now: list[tuple[str, Cursor, Found]] = []
-    for path in reader.files(Path(transcript)):
+    for path in reader.files(session_file):
         key = str(path)
         known = cursors.get(key)
         cursor = dataclasses.replace(known) if known is not None else Cursor()

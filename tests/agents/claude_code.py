@@ -33,6 +33,7 @@ hooks load in ``-p`` mode without a trust prompt.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -141,6 +142,9 @@ def tool_calls(step: Step, body: Mapping[str, Any], turn: int) -> list[dict[str,
     return []
 
 
+MESSAGES = itertools.count(1)
+
+
 def message(step: Step, body: Mapping[str, Any], turn: int) -> dict[str, Any]:
     """The whole assistant message for a step."""
     calls = tool_calls(step, body, turn)
@@ -149,7 +153,8 @@ def message(step: Step, body: Mapping[str, Any], turn: int) -> dict[str, Any]:
         text = step.text if isinstance(step, Say) else ""
         content = [{"type": "text", "text": text}]
     return {
-        "id": f"msg_fake_{turn:02d}",
+        # Unique, as the API's are: a message's usage counts once by its id.
+        "id": f"msg_fake_{turn:02d}_{next(MESSAGES):04d}",
         "type": "message",
         "role": "assistant",
         "model": str(body.get("model") or "claude-fake"),

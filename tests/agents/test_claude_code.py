@@ -182,3 +182,64 @@ def test_http_hooks_posted_to_devs_serve_stop_the_loop_the_same(
         )
     finally:
         server.stop()
+
+
+def test_a_budget_spent_stops_the_session_until_a_person_raises_it(
+    project: Project,
+) -> None:
+    """The hooks read the session's usage from its transcript (each message
+    written once per content block, counted once): past the budget the
+    task pauses and the turn ends; a raise and a resume let it go on."""
+    notes = [Write(f"note{n}.txt", f"step {n}\n") for n in range(10)]
+    script = Script([*notes, *attempt(RIGHT)])
+    with serving(ClaudeHandler, script) as fake:
+        budget = {"DEVS_TASK_BUDGET_TOKENS": "100"}  # 20 tokens a message
+        env = write_config(project.home, project.repo, fake.url, extra_env=budget)
+        first = run_claude(project.repo, PROMPT, env, STREAM)
+        assert first.returncode == 0, first.stderr
+        task = project.task()
+        assert task.state is TaskState.PAUSED, first.stdout[-2_000:]
+        assert task.pending_session is not None
+        assert task.pending_session.reason == "budget_exhausted"
+        assert task.spend is not None
+        assert task.spend.tokens >= 100
+        # Claude Code writes a message's rows 100 ms later: the stop comes a
+        # message or two past the budget, never at the end of the script.
+        stopped_at = script.furthest()
+        assert stopped_at < len(notes)
+        shown = "\n".join(system_messages(first.stdout))
+        assert "budget pause" in shown
+        assert f"budget {project.task_id} --usd N" in shown
+
+        # Resuming while over the budget is refused, naming the raise.
+        refused = project.devs(
+            "resume", project.task_id, "--actor", "a", "--reason", "r"
+        )
+        assert refused.returncode == 8, refused.stdout + refused.stderr
+        assert "budget" in refused.stdout + refused.stderr
+        raised = project.devs(
+            "budget", project.task_id, "--tokens", "100000", "--reason", "more"
+        )
+        assert raised.returncode == 0, raised.stdout + raised.stderr
+        project.resume()
+        again = run_claude(project.repo, "Go on.", env, ("--continue",))
+        assert again.returncode == 0, again.stderr
+        assert script.furthest() > stopped_at
+    done = project.task()
+    assert done.state is TaskState.COMPLETED
+    spent = project.devs("spend", project.task_id, "--json")
+    report = json.loads(spent.stdout)
+    assert report["budget_tokens"] == 100_000
+    # Every message of the transcript once (a message is a row per content
+    # block): 10 tokens in and 10 out each.
+    messages = set()
+    for transcript in (project.home / ".claude" / "projects").rglob("*.jsonl"):
+        for line in transcript.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("type") == "assistant":
+                messages.add(row["message"]["id"])
+    assert len(messages) >= stopped_at
+    assert (report["input_tokens"], report["output_tokens"]) == (
+        10 * len(messages),
+        10 * len(messages),
+    )

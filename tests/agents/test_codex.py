@@ -143,3 +143,49 @@ def test_the_hand_off_comes_at_the_fifth_failure(project: Project) -> None:
             run_codex(project.repo, "Go on.", project.home, resume=True)
             assert project.task().consecutive_failures == n + 1
     assert project.task().state is TaskState.HAND_OFF
+
+
+def test_a_budget_spent_refuses_every_tool_until_a_person_raises_it(
+    project: Project,
+) -> None:
+    """The hooks read the session's usage from Codex's rollout (a record per
+    response): past the budget the task pauses and every tool call is
+    refused; a raise and a resume let the session go on."""
+    notes = [Write(f"note{n}.txt", f"step {n}\n") for n in range(8)]
+    script = Script([*notes, *attempt(RIGHT)])
+    budget = {"DEVS_TASK_BUDGET_TOKENS": "300"}  # 110 tokens a response
+    with serving(CodexHandler, script) as fake:
+        trusted(project, fake.url)
+        first = run_codex(project.repo, PROMPT, project.home, env=budget)
+        assert first.returncode == 0, first.stderr
+        task = project.task()
+        assert task.state is TaskState.PAUSED, first.stderr[-2_000:]
+        assert task.pending_session is not None
+        assert task.pending_session.reason == "budget_exhausted"
+        assert task.spend is not None
+        assert task.spend.tokens >= 300
+        # The third response's record (330 tokens) is on disk by the time its
+        # tool call's PreToolUse runs: that call and every later one refused.
+        written = sorted(p.name for p in project.repo.glob("note*.txt"))
+        assert written == ["note0.txt", "note1.txt"], first.stderr
+        assert f"budget {project.task_id} --usd N" in first.stderr
+        # Continued without a raise: the prompt is refused.
+        before = len(script.turns)
+        run_codex(project.repo, "Go on.", project.home, env=budget, resume=True)
+        assert len(script.turns) == before
+        raised = project.devs(
+            "budget", project.task_id, "--tokens", "100000", "--reason", "more"
+        )
+        assert raised.returncode == 0, raised.stdout + raised.stderr
+        project.resume()
+        script.steps = [*script.steps, *notes[2:], *attempt(RIGHT)]
+        run_codex(project.repo, "Go on.", project.home, env=budget, resume=True)
+    assert project.task().state is TaskState.COMPLETED
+    report = json.loads(project.devs("spend", project.task_id, "--json").stdout)
+    # Each response once: 100 in (none cached) and 10 out.
+    responses = report["output_tokens"] // 10
+    assert responses >= 3
+    assert (report["input_tokens"], report["cache_read_tokens"]) == (
+        100 * responses,
+        0,
+    )

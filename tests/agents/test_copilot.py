@@ -18,7 +18,7 @@ from devs.domain.chart import TaskState
 from tests.agents.conftest import agent_binary
 from tests.agents.copilot import CopilotHandler, run_copilot, session_id
 from tests.agents.lane import RIGHT, WRONG, Project, attempt, calc, loop
-from tests.agents.script import Say, Script, serving
+from tests.agents.script import Say, Script, Write, serving
 
 PROMPT = "Make the tests pass."
 
@@ -121,3 +121,34 @@ def test_the_hand_off_comes_at_the_fifth_failure(project: Project) -> None:
     task = project.task()
     assert task.consecutive_failures == 5
     assert task.state is TaskState.HAND_OFF
+
+
+def test_usage_counts_late_and_never_twice(project: Project) -> None:
+    """Copilot writes its session's usage records late: a call's record a
+    call or more after it, the last ones after ``sessionEnd`` (a fast
+    session's all of them then; docs/agents.md#spend). The hooks count each
+    record once when they find it, a later session's hooks included: the
+    finished task's spend grows as the records come, never past them."""
+    notes = [Write(f"note{n}.txt", f"step {n}\n") for n in range(3)]
+    script = Script([*notes, *attempt(RIGHT), Say("Done.")])
+    with serving(CopilotHandler, script) as fake:
+        first = run_copilot(project.repo, PROMPT, project.home, fake.url)
+        assert first.returncode == 0, first.stderr
+        assert project.task().state is TaskState.COMPLETED
+        session = session_id(first)
+        assert session is not None
+        for prompt in ("Thanks.", "Bye."):
+            script.steps = [*script.steps, Say("You are welcome.")]
+            run_copilot(project.repo, prompt, project.home, fake.url, resume=session)
+    report = json.loads(project.devs("spend", project.task_id, "--json").stdout)
+    records = {
+        json.loads(line)["data"]["usage"]["accounting"]["usageId"]
+        for events in (project.home / ".copilot").rglob("events.jsonl")
+        for line in events.read_text().splitlines()
+        if '"session.usage_record"' in line
+    }
+    # The fake's every call: 100 tokens in, 10 out. The first session's six
+    # calls were all on disk by the third session's start.
+    calls = report["output_tokens"] // 10
+    assert report["input_tokens"] == 100 * calls
+    assert 6 <= calls <= len(records), (report, sorted(records))

@@ -15,7 +15,7 @@ from devs.domain.chart import TaskState
 from tests.agents.conftest import agent_binary
 from tests.agents.gemini import GeminiHandler, configure, run
 from tests.agents.lane import RIGHT, WRONG, Project, attempt, calc, loop
-from tests.agents.script import Say, Script, serving
+from tests.agents.script import Say, Script, Write, serving
 
 PROMPT = "Make the tests pass."
 
@@ -84,3 +84,36 @@ def test_the_agent_is_kept_going_once_while_the_tests_are_red(
     final = [r for r in script.turns if r.results == 2]
     assert len(final) == 2
     assert "the gate is red" in json.dumps(final[1].body)
+
+
+def test_a_budget_spent_ends_the_session_until_a_person_raises_it(
+    project: Project,
+) -> None:
+    """The hooks read the session's usage from Gemini CLI's chat recording
+    (each answer once, however often it is written): past the budget the
+    task pauses and the session ends; a raise and a resume let it go on."""
+    notes = [Write(f"note{n}.txt", f"step {n}\n") for n in range(8)]
+    script = Script([*notes, *attempt(RIGHT)])
+    with serving(GeminiHandler, script) as fake:
+        env = configure(project.home, project.repo, fake.url)
+        env["DEVS_TASK_BUDGET_TOKENS"] = "40"  # 15 tokens an answer
+        first = run(project.repo, PROMPT, env)
+        assert first.returncode == 0, first.stderr
+        task = project.task()
+        assert task.state is TaskState.PAUSED, first.stderr[-2_000:]
+        assert task.pending_session is not None
+        assert task.pending_session.reason == "budget_exhausted"
+        written = len(list(project.repo.glob("note*.txt")))
+        assert written < len(notes)
+        assert f"budget {project.task_id} --usd N" in first.stderr
+        raised = project.devs(
+            "budget", project.task_id, "--tokens", "100000", "--reason", "more"
+        )
+        assert raised.returncode == 0, raised.stdout + raised.stderr
+        project.resume()
+        run(project.repo, "Go on.", env, args=("--resume", "latest"))
+    assert project.task().state is TaskState.COMPLETED
+    report = json.loads(project.devs("spend", project.task_id, "--json").stdout)
+    answers = report["output_tokens"] // 5
+    assert answers >= 3
+    assert report["input_tokens"] == 10 * answers

@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 from devs.adapters.hooks.usage import (
     ClaudeTranscript,
     CodexRollout,
+    CopilotEvents,
     Cursor,
     Found,
+    GeminiChat,
     Reader,
     moved,
     read,
@@ -26,6 +28,8 @@ from devs.adapters.hooks.usage import (
 
 CLAUDE = ClaudeTranscript()
 CODEX = CodexRollout()
+GEMINI = GeminiChat()
+COPILOT = CopilotEvents()
 
 
 def assistant(
@@ -181,15 +185,21 @@ def test_a_subagent_transcript_is_counted(tmp_path: Path) -> None:
     (folder / "agent-a1.jsonl").write_bytes(
         lines([assistant("s1", "claude-haiku-4-5")])
     )
-    (folder / "notes.jsonl").write_bytes(lines([assistant("n1", "other")]))
-    read_now = read_session(CLAUDE, str(path), {})
+    nested = folder / "workers"
+    nested.mkdir()
+    (nested / "agent-a2.jsonl").write_bytes(
+        lines([assistant("s2", "claude-haiku-4-5")])
+    )
+    (folder / "agent-a1.meta.json").write_bytes(b"{}")
+    read_now = read_session(CLAUDE, path, {})
     assert [key for key, _, _ in read_now] == [
         str(path),
         str(folder / "agent-a1.jsonl"),
+        str(nested / "agent-a2.jsonl"),
     ]
     assert totals([found for _, _, found in read_now]) == {
         "claude-sonnet-4-5": (100, 10, 0, 0),
-        "claude-haiku-4-5": (100, 10, 0, 0),
+        "claude-haiku-4-5": (200, 20, 0, 0),
     }
 
 
@@ -197,18 +207,20 @@ def test_reading_leaves_the_cursors_until_they_are_moved(tmp_path: Path) -> None
     path = tmp_path / "s.jsonl"
     path.write_bytes(lines([assistant("m1")]))
     cursors: dict[str, Cursor] = {}
-    read_now = read_session(CLAUDE, str(path), cursors)
+    read_now = read_session(CLAUDE, path, cursors)
     assert cursors == {}
     moved(cursors, read_now)
     assert cursors[str(path)].offset == path.stat().st_size
-    again = read_session(CLAUDE, str(path), cursors)
+    again = read_session(CLAUDE, path, cursors)
     assert totals([found for _, _, found in again]) == {}
 
 
 def test_a_relative_or_odd_path_is_not_read(tmp_path: Path) -> None:
-    assert read_session(CLAUDE, "s.jsonl", {}) == []
-    assert read_session(CLAUDE, str(tmp_path / "a\x00b"), {}) == []
-    assert read_session(CLAUDE, str(tmp_path / "missing.jsonl"), {}) == []
+    for reader in (CLAUDE, CODEX, GEMINI):
+        assert reader.where("s.jsonl", None, {}) is None
+        assert reader.where(str(tmp_path / "a\x00b"), None, {}) is None
+        assert reader.where(None, "s1", {}) is None
+    assert read_session(CLAUDE, tmp_path / "missing.jsonl", {}) == []
 
 
 def test_a_fifo_a_folder_and_a_symlink_are_not_read(tmp_path: Path) -> None:
@@ -267,11 +279,19 @@ def test_usage_ids_name_the_file_the_range_and_the_model(tmp_path: Path) -> None
 
 def test_a_cursor_survives_the_state_file() -> None:
     cursor = Cursor(
-        offset=9, message="m", counted=(1, 2, 3, 4), model="g", totals=(5, 6, 7, 0)
+        offset=9,
+        message="m",
+        counted=(1, 2, 3, 4),
+        model="g",
+        totals=(5, 6, 7, 0),
+        records=True,
+        recent=("a", "b"),
     )
     assert Cursor.load(orjson.loads(orjson.dumps(cursor.dump()))) == cursor
     assert Cursor.load("damaged") == Cursor()
-    assert Cursor.load([-4, None, [1, 2, 3, 4], None, [0, 0, 0, 0], False]).offset == 0
+    damaged = [-4, None, [1, 2, 3, 4], None, [0, 0, 0, 0], 1, ["x"] * 500, False]
+    assert Cursor.load(damaged).offset == 0
+    assert len(Cursor.load(damaged).recent) == 64
 
 
 # ------------------------------------------------------------ Codex
@@ -331,6 +351,118 @@ def test_codex_totals_that_start_again_count_from_zero(tmp_path: Path) -> None:
         lines([turn("gpt-5"), token_count(500, 0, 50), token_count(30, 0, 3)])
     )
     assert totals([read_all(CODEX, path, Cursor())]) == {"gpt-5": (530, 53, 0, 0)}
+
+
+def usage_record(response: str, inp: int, cached: int, out: int) -> dict[str, Any]:
+    usage = {
+        "input_tokens": inp,
+        "cached_input_tokens": cached,
+        "cache_write_input_tokens": 0,
+        "output_tokens": out,
+        "reasoning_output_tokens": 0,
+        "total_tokens": inp + out,
+    }
+    return {
+        "type": "token_usage_record",
+        "payload": {"response_id": response, "turn_id": "t1", "usage": usage},
+    }
+
+
+def test_codex_records_count_each_response_once_and_stop_the_totals(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rollout.jsonl"
+    rows = [
+        turn("gpt-5.5"),
+        usage_record("r1", 1_000, 600, 10),
+        token_count(1_000, 600, 10),  # the same response's totals: not again
+        usage_record("r1", 1_000, 600, 10),
+        usage_record("r2", 2_000, 1_500, 20),
+        token_count(3_000, 2_100, 30),
+    ]
+    path.write_bytes(lines(rows))
+    assert totals([read_all(CODEX, path, Cursor())]) == {"gpt-5.5": (900, 30, 2_100, 0)}
+
+
+# ------------------------------------------------------------ Gemini CLI
+
+
+def gemini(ident: str, **tokens: int) -> dict[str, Any]:
+    counts = {"input": 100, "output": 5, "cached": 40, "thoughts": 2, "tool": 0}
+    counts.update(tokens)
+    return {
+        "id": ident,
+        "type": "gemini",
+        "content": "",
+        "tokens": {**counts, "total": 107},
+        "model": "gemini-2.5-flash",
+    }
+
+
+def test_gemini_counts_each_answer_once(tmp_path: Path) -> None:
+    path = tmp_path / "session-1.jsonl"
+    rows = [
+        {"id": "u1", "type": "user", "content": "hi"},
+        gemini("g1"),
+        {"$set": {"lastUpdated": "now"}},
+        gemini("g1"),  # written again with its tool calls
+        gemini("g2", tool=3),
+        {"$rewindTo": "g1"},
+    ]
+    path.write_bytes(lines(rows))
+    assert totals([read_all(GEMINI, path, Cursor())]) == {
+        "gemini-2.5-flash": (123, 14, 80, 0)
+    }
+    subagent = path.with_suffix("") / "sub-1.jsonl"
+    subagent.parent.mkdir()
+    subagent.write_bytes(lines([gemini("s1")]))
+    assert [found.path for _, _, found in read_session(GEMINI, path, {})] == [
+        str(path),
+        str(subagent),
+    ]
+
+
+# ------------------------------------------------------------ Copilot CLI
+
+
+def copilot(ident: str, model: str = "gpt-4.1") -> dict[str, Any]:
+    usage = {
+        "model": model,
+        "inputTokens": 1_000,
+        "outputTokens": 10,
+        "cacheReadTokens": 600,
+        "cacheWriteTokens": 0,
+        "reasoningTokens": 3,
+        "apiCallId": ident,
+        "accounting": {"sourceSessionId": "s", "sequence": 1, "usageId": ident},
+    }
+    return {"type": "session.usage_record", "data": {"usage": usage}, "id": "e"}
+
+
+def test_copilot_session_events_count_each_record_once(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    where = COPILOT.where(None, "8dc39846-1eb1", {"HOME": str(home)})
+    assert (
+        where == home / ".copilot" / "session-state" / "8dc39846-1eb1" / "events.jsonl"
+    )
+    assert COPILOT.where(None, "s", {"COPILOT_HOME": "/c", "HOME": "/h"}) == Path(
+        "/c/session-state/s/events.jsonl"
+    )
+    for hostile in ("../../etc", "a/b", "", "x" * 200, None):
+        assert COPILOT.where(None, hostile, {"HOME": str(home)}) is None
+    assert COPILOT.where(None, "s", {"HOME": "relative"}) is None
+    where.parent.mkdir(parents=True)
+    rows = [
+        {"type": "assistant.message", "data": {"content": "x"}},
+        copilot("resp_1"),
+        copilot("resp_1"),
+        copilot("resp_2", "claude-sonnet-4.5"),
+    ]
+    where.write_bytes(lines(rows))
+    assert totals([read_all(COPILOT, where, Cursor())]) == {
+        "gpt-4.1": (1_000, 10, 600, 0),
+        "claude-sonnet-4.5": (1_000, 10, 600, 0),
+    }
 
 
 # ------------------------------------------------------------ any split
