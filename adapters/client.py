@@ -138,6 +138,7 @@ ROUTES: dict[str, str] = {
     "log_lesson": "{task}/lessons",
     "record_usage": "{task}/usage",
     "raise_budget": "{task}/budget",
+    "raise_run_budget": "{run}/budget",
     "resume": "{task}/resume",
     "rewind": "{task}/rewind",
     "skip": "{task}/skip",
@@ -147,7 +148,7 @@ ROUTES: dict[str, str] = {
     "resolve_handoff": "{task}/resolve",
 }
 """Where each command of :data:`~devs.domain.arguments.COMMANDS` is POSTed
-(docs/http.md); ``{task}`` is ``/tasks/<task_id>``."""
+(docs/http.md); ``{task}`` is ``/tasks/<task_id>``, ``{run}`` ``/runs/<run_id>``."""
 
 
 def _plain(value: Any) -> Any:
@@ -374,15 +375,23 @@ class HttpRecoveryClient:
         ``If-Match`` header); the server checks them, in its words."""
         fields = COMMANDS[command].model_fields
         where = ROUTES[command]
-        in_path = "{task}" in where
-        path = where.format(task=self._task(given["task_id"])) if in_path else where
+        in_path = {
+            name
+            for name, mark in (("task_id", "{task}"), ("run_id", "{run}"))
+            if mark in where
+        }
+        path = where
+        if "task_id" in in_path:
+            path = path.format(task=self._task(given["task_id"]))
+        if "run_id" in in_path:
+            path = path.format(run="/runs/" + _segment(given["run_id"]))
         # A field left at its default is left out: the body is the one a
         # server from before that field existed takes too (stop_scope, links).
         body = {
             name: _plain(given[name])
             for name, field in fields.items()
             if name != "if_version"
-            and not (name == "task_id" and in_path)
+            and name not in in_path
             and (field.is_required() or given[name] != field.default)
         }
         return self._command(path, body, answer, if_version=given.get("if_version"))
@@ -398,6 +407,7 @@ class HttpRecoveryClient:
     log_lesson = _Sent(RecoveryApi.log_lesson, Lesson)
     record_usage = _Sent(RecoveryApi.record_usage, UsageDecision)
     raise_budget = _Sent(RecoveryApi.raise_budget, BudgetAnswer)
+    raise_run_budget = _Sent(RecoveryApi.raise_run_budget, RunState)
     resume = _Sent(RecoveryApi.resume, ActionResult)
     rewind = _Sent(RecoveryApi.rewind, ActionResult)
     skip = _Sent(RecoveryApi.skip, ActionResult)

@@ -7,20 +7,28 @@ LangGraph runs an interrupted node again from its start, so every command a
 node sends carries an idempotency key made of the thread, the node's task id
 and the command's place in the node, and the test command runs in a ``@task``
 whose result is checkpointed. ``service`` is a ``RecoveryService`` or a URL.
+
+``Referee.watch(node)`` wraps the graph author's model node: the usage
+(``usage_metadata``) of the AI messages it returns is recorded against the
+task's budgets, and a usage that spends one suspends the graph.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+import inspect
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypedDict, TypeVar, cast
 
 import orjson
+from langchain_core.messages import AIMessage
 from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD
 from langgraph.config import get_config
 from langgraph.func import task
-from langgraph.types import interrupt
+from langgraph.types import Command, interrupt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from devs.adapters.client import HttpRecoveryClient
@@ -32,9 +40,11 @@ from devs.domain import (
     IllegalTransition,
     InvalidInput,
     Outcome,
+    OverBudget,
     RecoveryService,
     StaleAnswer,
     TaskSummary,
+    UsageDecision,
 )
 from devs.domain.arguments import COMMANDS
 from devs.domain.decisions import STATE_OUTCOMES
@@ -44,15 +54,16 @@ from devs.domain.names import (
     HumanActionValue,
     SessionReason,
 )
+from devs.domain.redaction import secret_kind
 from devs.domain.service import RecoveryApi
 from devs.domain.signals import STOP_REASONS
 from devs.domain.task import HUMAN_EVENTS
-from devs.domain.values import VERSION_MAX, refusal
+from devs.domain.values import ID_MAX, NAME_MAX, TOKENS_MAX, VERSION_MAX, refusal
 
 T = TypeVar("T")
 Route = Literal["proceed", "retry", "advance", "end"]
 ROUTES: tuple[Route, ...] = ("proceed", "retry", "advance", "end")
-Where = Literal["attempt", "entropy", "gate"]
+Where = Literal["attempt", "entropy", "gate", "spend"]
 
 
 Backend = RecoveryApi
@@ -447,6 +458,134 @@ class Referee:
             raise InvalidInput(msg, field="devs")
         return cast("Route", route)
 
+    # ---------------------------------------------------------------- spend
+
+    def watch(self, node: Callable[..., Any]) -> Callable[..., Any]:
+        """``node`` (the graph author's model node, sync or async), watched:
+        what it returns is recorded with ``record_usage`` — each AI message
+        with ``usage_metadata`` (:func:`_usages`) — and a usage that spends
+        the task's budget suspends the graph (reason ``budget_exhausted``).
+
+        ``node`` runs in a LangGraph ``@task`` named as its graph node, whose
+        result LangGraph keeps with the checkpoint: resumed after the
+        suspension, the node does not call the model again. It is given the
+        graph's whole state (the watched node reads ``task_id``) and the
+        ``config``, ``runtime``… its signature asks for. When it recorded
+        usage, the update it returns (a dict, or a ``Command``'s) also
+        writes ``devs``: ``where: "spend"``, ``spend``, ``warned``, and the
+        ``route`` (``proceed``; after a human, as for any stop)."""
+        if not callable(node):
+            msg = f"Referee.watch(node) takes a callable, got {type(node).__name__}"
+            raise InvalidInput(msg, field="node")
+        tasks: dict[str, Any] = {}
+
+        def run(state: Any) -> Any:
+            name = _node_name(node)
+            call = tasks.get(name)
+            if call is None:
+                call = tasks[name] = _task_of(node, name)
+            return call(state)
+
+        if _is_async(node):
+
+            async def watched_async(state: Any) -> Any:
+                task_id = _text(state, "task_id")
+                return self._spent(task_id, await run(state))
+
+            return _named_as(watched_async, node)
+
+        def watched(state: Any) -> Any:
+            task_id = _text(state, "task_id")
+            return self._spent(task_id, run(state).result())
+
+        return _named_as(watched, node)
+
+    def _spent(self, task_id: str, update: Any) -> Any:
+        """Record the usage ``update`` carries; suspend if it spent the
+        task's budget, or the task waits for a human anyway. Each usage is
+        sent under this step's idempotency key (a resumed node answers as
+        the first time, so it suspends again until a human answers) and with
+        its ``usage_id`` (a message counted before, in any step, is not
+        counted again)."""
+        usages = list(_usages(update))
+        if not usages:
+            return update
+        steps = _Steps()
+        decisions = [
+            decision
+            for number, usage in enumerate(usages)
+            if (decision := self._record_usage(steps, task_id, usage, number))
+            is not None
+        ]
+        if not decisions:
+            return update
+        base: dict[str, Any] = {
+            "route": "proceed",
+            "where": "spend",
+            "spend": _json(decisions[-1].spend),
+            "warned": any(d.warned for d in decisions),
+        }
+        stopped = next((d for d in decisions if d.triggered), None)
+        reason = SessionReason.BUDGET_EXHAUSTED.value
+        if stopped is None and decisions[-1].session_id is not None:
+            # Not stopped by this update, but the task waits for a human: a
+            # usage recorded elsewhere spent its budget (a hook's, another
+            # task's of its run) or something else stopped it meanwhile.
+            stopped = decisions[-1]
+            pending = self.service.task(task_id).pending_session
+            if pending is not None and pending.session_id == stopped.session_id:
+                reason = str(pending.reason)
+        if stopped is None:
+            return _with_devs(update, base)
+        decided = self._suspend(
+            steps,
+            task_id,
+            "spend",
+            reason,
+            STATE_OUTCOMES.get(stopped.state, Outcome.PAUSE),
+            stopped.session_id,
+            None,
+            {"spend": _json(stopped.spend)},
+            after_resume="proceed",  # the human let this turn's work go on
+        )
+        # what the task has spent now, and the budgets a person may have raised
+        base["spend"] = _json(self.service.task(task_id).spend)
+        return _with_devs(update, {**base, **decided})
+
+    def _record_usage(
+        self, steps: _Steps, task_id: str, usage: _Usage, number: int
+    ) -> UsageDecision | None:
+        """``record_usage`` of one usage (None: the service refused it; a
+        model name it refuses is recorded as ``unknown``)."""
+        usage_id = usage.usage_id or _key(f"usage.{number}")
+        digest = hashlib.sha256(usage_id.encode("utf-8", "surrogatepass"))
+        op = steps.next(f"usage-{digest.hexdigest()[:16]}")
+        for model in dict.fromkeys((usage.model, UNKNOWN_MODEL)):
+            request = ("record_usage", task_id, model, *usage.counts, usage_id)
+
+            def call(model: str = model) -> UsageDecision:
+                return self.service.record_usage(
+                    task_id,
+                    model=model,
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                    cache_read_tokens=usage.cache_read_tokens,
+                    cache_creation_tokens=usage.cache_creation_tokens,
+                    usage_id=usage_id,
+                )
+
+            try:
+                decided = self._once_or_recorded(op, call, request)
+                # None: this step recorded another usage under this id
+                # before (a crash lost LangGraph's record of the node's
+                # result, and the node answered otherwise): the usage id
+                # counts it once.
+                return decided if decided is not None else call()
+            except InvalidInput as error:
+                if error.field != "model":
+                    return None  # not a usage the service counts
+        return None
+
     # ------------------------------------------------------------- the gate
 
     def _command(self, state: Mapping[str, Any]) -> list[str]:
@@ -494,7 +633,9 @@ class Referee:
         handoff = reason == HAND_OFF_REQUIRED
         if handoff and self.on_handoff == "end":  # the queue has it
             return {"session_id": session_id, "route": "end"}
-        refused: InvalidInput | IllegalTransition | Claimed | StaleAnswer | None = None
+        refused: (
+            InvalidInput | IllegalTransition | Claimed | StaleAnswer | OverBudget | None
+        ) = None
         while True:
             summary = self.service.task(task_id)
             if not _still_suspended(summary, handoff=handoff, session_id=session_id):
@@ -536,7 +677,13 @@ class Referee:
                 else:
                     self._offered(answer, payload["answers"], summary, reason)
                     result = self._record(key, task_id, answer, replayed=False)
-            except (InvalidInput, IllegalTransition, Claimed, StaleAnswer) as error:
+            except (
+                InvalidInput,
+                IllegalTransition,
+                Claimed,
+                StaleAnswer,
+                OverBudget,  # resumed before the budget was raised
+            ) as error:
                 refused = error
                 continue
             refused = None
@@ -835,6 +982,194 @@ def _arguments(command: str, task_id: str, answer: _Answer) -> dict[str, Any]:
     except ValidationError as failure:
         raise refusal(model, failure) from None
     return {name: getattr(checked, name) for name in model.model_fields}
+
+
+UNKNOWN_MODEL = "unknown"
+"""The model of a usage whose message names none (or one the service
+refuses)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Usage:
+    """One AI message's usage, as ``record_usage`` takes it."""
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_creation_tokens: int
+    usage_id: str | None
+    """The message's id (hashed if it is no usage id), None if it has none."""
+
+    @property
+    def counts(self) -> tuple[int, int, int, int]:
+        return (
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_creation_tokens,
+        )
+
+
+def _usages(update: Any) -> Iterator[_Usage]:
+    """The usage of each AI message a node's ``update`` holds: a value of
+    one of its channels, or in a list there; a ``Command``'s update too.
+
+    LangChain's ``input_tokens`` is the sum of every input token
+    (``UsageMetadata``): the cache reads and writes its
+    ``input_token_details`` gives are counted apart, so they are taken off
+    it. The model is ``response_metadata``'s ``model_name`` (LangChain's
+    key), else its ``model`` (Anthropic's message before), else
+    ``unknown``. The values are the model provider's word: a count that is
+    no whole number of tokens in [0, 10**12] (a bool, a negative, a float,
+    text, one too large) counts 0, the others count; a message with nothing
+    left to count is no usage."""
+    for message in _ai_messages(update, depth=2):
+        metadata = message.usage_metadata
+        if not isinstance(metadata, Mapping):
+            continue
+        details = metadata.get("input_token_details")
+        details = details if isinstance(details, Mapping) else {}
+        cache_read = _count(details.get("cache_read"))
+        cache_creation = _count(details.get("cache_creation"))
+        usage = _Usage(
+            model=_model(message.response_metadata),
+            input_tokens=max(
+                0, _count(metadata.get("input_tokens")) - cache_read - cache_creation
+            ),
+            output_tokens=_count(metadata.get("output_tokens")),
+            cache_read_tokens=cache_read,
+            cache_creation_tokens=cache_creation,
+            usage_id=_usage_id(message.id),
+        )
+        if any(usage.counts):
+            yield usage
+
+
+def _ai_messages(update: Any, *, depth: int) -> Iterator[AIMessage]:
+    """The AI messages of a node's update: a mapping of channels, a
+    ``Command``, a list of commands or of ``(channel, value)`` pairs."""
+    if depth < 0:
+        return
+    if isinstance(update, Command):
+        yield from _ai_messages(update.update, depth=depth - 1)
+        return
+    if isinstance(update, Mapping):
+        values: list[Any] = list(update.values())
+    elif isinstance(update, list | tuple):
+        values = []
+        for item in update:
+            if isinstance(item, Command):
+                yield from _ai_messages(item, depth=depth - 1)
+            elif isinstance(item, tuple) and len(item) == 2:
+                values.append(item[1])
+    else:
+        return
+    for value in values:
+        if isinstance(value, AIMessage):
+            yield value
+        elif isinstance(value, list | tuple):
+            yield from (item for item in value if isinstance(item, AIMessage))
+
+
+def _count(value: Any) -> int:
+    """A token count as a message gives it (anything else: 0)."""
+    if type(value) is int and 0 <= value <= TOKENS_MAX:
+        return value
+    return 0
+
+
+def _model(metadata: Any) -> str:
+    """The model a message's ``response_metadata`` names: one line of
+    printable characters, at most :data:`NAME_MAX`."""
+    if isinstance(metadata, Mapping):
+        for key in ("model_name", "model"):
+            name = metadata.get(key)
+            if isinstance(name, str):
+                shown = "".join(c if c.isprintable() else " " for c in name)
+                clean = " ".join(shown.split())[:NAME_MAX].strip()
+                if clean:
+                    return clean
+    return UNKNOWN_MODEL
+
+
+def _usage_id(ident: Any) -> str | None:
+    """A message's id as its usage's id: as it is when it is one (visible
+    ASCII, at most :data:`ID_MAX` characters, nothing like a credential),
+    else its hash; None for a message with no id."""
+    if not isinstance(ident, str) or not ident.strip():
+        return None
+    if (
+        len(ident) <= ID_MAX
+        and ident.isascii()
+        and all(0x21 <= ord(c) <= 0x7E for c in ident)
+        and secret_kind(ident) is None
+    ):
+        return ident
+    digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"message-{digest[:40]}"
+
+
+def _with_devs(update: Any, devs: dict[str, Any]) -> Any:
+    """``update`` writing ``devs`` too (a mapping or a ``Command``'s; any
+    other update is left as it is)."""
+    if isinstance(update, Mapping):
+        return {**update, "devs": devs}
+    if isinstance(update, Command) and isinstance(update.update, Mapping):
+        return dataclasses.replace(update, update={**update.update, "devs": devs})
+    return update
+
+
+def _is_async(node: Callable[..., Any]) -> bool:
+    """Whether calling ``node`` (a function, or an object's ``__call__``)
+    gives a coroutine."""
+    return inspect.iscoroutinefunction(node) or inspect.iscoroutinefunction(
+        type(node).__call__
+    )
+
+
+def _node_name(node: Callable[..., Any]) -> str:
+    """The graph node running now (LangGraph's ``langgraph_node``), else
+    the function's name."""
+    metadata = get_config().get("metadata") or {}
+    name = metadata.get("langgraph_node")
+    if isinstance(name, str) and name:
+        return name
+    return str(getattr(node, "__name__", type(node).__name__))
+
+
+def _task_of(node: Callable[..., Any], name: str) -> Any:
+    """``node`` as a LangGraph task named ``name`` (its graph node's: what
+    LangGraph streams of it is tagged with it), given what its signature
+    asks for (``config``, ``runtime``…)."""
+    if _is_async(node):
+
+        async def call_async(*args: Any, **kwargs: Any) -> Any:
+            return await node(*args, **kwargs)
+
+        call: Callable[..., Any] = call_async
+    else:
+
+        def call_sync(*args: Any, **kwargs: Any) -> Any:
+            return node(*args, **kwargs)
+
+        call = call_sync
+    with contextlib.suppress(TypeError, ValueError):  # none: nothing is injected
+        call.__signature__ = inspect.signature(node)  # type: ignore[attr-defined]
+    return cast("Any", task)(name=name)(call)
+
+
+def _named_as(
+    wrapper: Callable[..., Any], node: Callable[..., Any]
+) -> Callable[..., Any]:
+    """``wrapper`` under ``node``'s name (``add_node`` names a node by it);
+    not its signature: the wrapper takes the graph's whole state."""
+    name = getattr(node, "__name__", None)
+    if isinstance(name, str):
+        wrapper.__name__ = name
+        wrapper.__qualname__ = getattr(node, "__qualname__", name)
+    wrapper.__doc__ = getattr(node, "__doc__", None)
+    return wrapper
 
 
 def _text(state: Mapping[str, Any], key: str) -> str:

@@ -22,10 +22,11 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LABEL_MAX = 100
 """The longest ``strategy`` label, in characters."""
 QUANTILES = (("0.5", "p50"), ("0.9", "p90"))
-SPEND_SERIES = 50
-"""The agent-and-model pairs that spent most, each a series of its own; the
-rest add up under ``model="other"`` (a model's name is the caller's, so its
-series are bounded)."""
+SPEND_SERIES = 500
+"""The agent-and-model pairs with a series of their own, the first by name
+(a pair keeps its series as the others spend); the rest add up under
+``model="other"`` (a model's name is the caller's: its series are
+bounded)."""
 TOKEN_TYPES = ("input", "output", "cache_read", "cache_creation")
 
 
@@ -163,11 +164,12 @@ def _label(text: str) -> str:
 
 def spend_series(spend: tuple[ModelSpend, ...]) -> dict[tuple[str, str], ModelSpend]:
     """Each agent and model's spend by its labels (``agent`` empty for a task
-    started without one, both cut to 100 characters), the
-    :data:`SPEND_SERIES` that spent most and then ``(agent, "other")``
+    started without one, both cut to 100 characters), the first
+    :data:`SPEND_SERIES` pairs by name and then ``(agent, "other")``
     holding the rest; pairs whose labels are the same add up."""
     series: dict[tuple[str, str], ModelSpend] = {}
-    for index, item in enumerate(spend):  # most spent first
+    named = sorted(spend, key=lambda item: (item.agent or "", item.model))
+    for index, item in enumerate(named):
         agent = _label(item.agent or "")
         key = (agent, _label(item.model) if index < SPEND_SERIES else "other")
         known = series.get(key)

@@ -52,7 +52,7 @@ from devs.domain.ports import (
     Verification,
 )
 from devs.domain.signals import GraphSuspended, suspend_if_stopped
-from devs.domain.task import Spend
+from devs.domain.spend import Spend
 
 __all__ = [
     "ActionResult",

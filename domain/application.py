@@ -60,6 +60,7 @@ from devs.domain.errors import (
     Conflict,
     InvalidInput,
     NotFound,
+    OverBudget,
     StoreError,
     UnknownMessage,
     UnknownRun,
@@ -141,6 +142,8 @@ ASSEMBLY_GROUP = "devs.assembly"
 completes a service's env: which store, which read models
 (``devs.adapters.config:ASSEMBLY``)."""
 logger = logging.getLogger("devs.service")
+UNPRICED_SAID = 1_000
+"""Models without a price a process says so of (once each)."""
 T = TypeVar("T")
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -285,11 +288,14 @@ class RecoveryService(TaskCommands):
         hand-off) holds up: ``run`` (the default) pauses the whole run until
         it is answered; ``descendants`` lets ready branches beside it start,
         while the stopped task's descendants wait. Recorded with the run's
-        start, so a replay decides the same way."""
+        start, so a replay decides the same way, as is its budget (the
+        policy's ``run_budget_usd``: what its tasks may spend together)."""
         receipt = RECEIPT.get()
         if receipt is not None and (issued := self._issued(receipt)) is not None:
             return issued  # type: ignore[no-any-return]
-        run = Run.start(run_id, dag, StopScope(stop_scope))
+        run = Run.start(
+            run_id, dag, StopScope(stop_scope), budget_usd=self.policy.run_budget_usd
+        )
         with turn(self._locks.run(run_id)):  # once saved, it is in the shared cache
             answer = run_state_of(run)
             try:
@@ -418,6 +424,8 @@ class RecoveryService(TaskCommands):
                     cache_read_tokens,
                     cache_creation_tokens,
                 )
+            else:
+                self._unpriced(model)
 
         def decide(task: Task) -> bool:
             return task.record_usage(
@@ -430,9 +438,17 @@ class RecoveryService(TaskCommands):
                 usage_id=usage_id,
             )
 
-        def answer(recorded: bool, task: Task, _: Run | None) -> UsageDecision:
+        run_stop: dict[str, bool] = {}
+
+        def answer(recorded: bool, task: Task, run: Run | None) -> UsageDecision:
             new = [type(e) for e in task.pending_events]
             paused = Task.Paused in new
+            # The run's budget: spent by this usage (every working task of
+            # the run stops), or spent before (this task stops).
+            run_stop["crossed"] = run is not None and any(
+                isinstance(e, Run.BudgetExhausted) for e in run.pending_events
+            )
+            run_stop["over"] = run is not None and run.over_budget
             return UsageDecision(
                 task_id=task.task_id,
                 recorded=recorded,
@@ -445,7 +461,100 @@ class RecoveryService(TaskCommands):
                 session_id=task.pending_session_id,
             )
 
-        return self._command(task_id, decide, answer)
+        decision: UsageDecision = self._command(task_id, decide, answer)
+        crossed = run_stop.get("crossed", False)
+        if not run_stop.get("over") or (decision.triggered and not crossed):
+            return decision
+        run_id = self._stored_task(task_id).run_id
+        assert run_id is not None
+        stopped = self._stop_for_run_budget(run_id, None if crossed else task_id)
+        if task_id not in stopped:
+            return decision
+        summary = self.task(task_id)
+        return decision.model_copy(
+            update={
+                "state": summary.state,
+                "triggered": True,
+                "session_id": summary.pending_session.session_id
+                if summary.pending_session
+                else None,
+            }
+        )
+
+    def _unpriced(self, model: str) -> None:
+        """Say once (per process and model) that a model has no price."""
+        said = self.__dict__.setdefault("_said_unpriced", set())
+        if model in said or len(said) >= UNPRICED_SAID:
+            return
+        said.add(model)
+        logger.warning(
+            "model %r has no price (devs.domain.spend.PRICES, or DEVS_PRICES): "
+            "its tokens count against token budgets, its cost is unknown",
+            model,
+        )
+
+    def _stop_for_run_budget(self, run_id: str, only: str | None) -> list[str]:
+        """Stop for a human every working task of the run (or ``only``),
+        its budget spent; the tasks that stopped. Each is a command of its
+        own: a crash between two leaves the others to stop at their next
+        usage."""
+        run = self._get_run(run_id)
+        stopped: list[str] = []
+
+        def still_over(paused: bool, task: Task, run: Run | None) -> bool:
+            if run is None or not run.over_budget:
+                raise _RaisedMeanwhile  # a person raised it: nothing written
+            return paused
+
+        # Commands of their own, not the usage's: its idempotency key (the
+        # receipt of its answer) must not answer for them.
+        receipt = RECEIPT.set(None)
+        try:
+            for node in [only] if only is not None else run.working_nodes():
+                try:
+                    if self._command(
+                        node,
+                        lambda t: t.stop_for_run_budget(run.spend()),
+                        still_over,
+                    ):
+                        stopped.append(node)
+                except UnknownTask:
+                    continue  # a node started in the run but not yet as a task
+                except _RaisedMeanwhile:
+                    break
+        finally:
+            RECEIPT.reset(receipt)
+        return stopped
+
+    @api
+    def raise_run_budget(
+        self, run_id: RunId, *, usd: BudgetUsd, actor: Actor, reason: Reason
+    ) -> RunState:
+        """A person sets the run's budget (USD, every task's usage together)
+        above what its tasks spent. The tasks its budget stopped are then
+        resumed one by one, as any stop."""
+        receipt = RECEIPT.get()
+        for attempt in self._attempts(f"run {run_id!r}"):
+            if receipt is not None and (issued := self._issued(receipt)) is not None:
+                return issued  # type: ignore[no-any-return]
+            with turn(self._locks.run(run_id)):
+                run = self._get_run(run_id)
+                try:
+                    run.raise_budget(usd, actor=redact(actor), reason=redact(reason))
+                    answer = run_state_of(run)
+                    if receipt is None:
+                        self._commit(run)
+                    else:
+                        self._commit(run, Receipt.issue(receipt, answer))
+                except IntegrityError:
+                    self._forget(None, run)
+                except BaseException:
+                    self._forget(None, run)
+                    raise
+                else:
+                    return answer
+            attempt.retry()
+        raise AssertionError("unreachable: _attempts raises when they run out")
 
     @api
     def raise_budget(
@@ -520,12 +629,18 @@ class RecoveryService(TaskCommands):
         moved on since, it is refused with :class:`StaleAnswer` and nothing is
         written. A stop someone else claimed is refused with :class:`Claimed`.
         """
+
+        def answer(session_id: str | None, task: Task, run: Run | None) -> ActionResult:
+            if run is not None and run.over_budget:
+                raise over_run_budget(task.task_id, run)
+            return action_result(
+                task, run, HumanAction.RESUME, actor, reason, session_id
+            )
+
         return self._command(
             task_id,
             lambda t: t.resume(actor=actor, reason=reason, if_version=if_version),
-            lambda session_id, task, run: action_result(
-                task, run, HumanAction.RESUME, actor, reason, session_id
-            ),
+            answer,
         )
 
     @api
@@ -922,23 +1037,27 @@ class RecoveryService(TaskCommands):
         return SpendReport(
             task_id=task.task_id,
             run_id=task.run_id,
-            **spend.model_dump(),
+            **spend.model_dump(exclude={"scope"}),
             by_model=self.read_models.spend_by_model(task_id=task.task_id),
         )
 
     @api
     def run_spend(self, run_id: RunId) -> SpendReport:
-        """What the run's tasks spent on model calls together, and each
-        agent and model's share."""
+        """What the run's tasks spent on model calls together, its budget
+        (``None``: unlimited), and each agent and model's share."""
         self._fresh()
         if self.read_models.run_state(run_id) is None:
             raise UnknownRun(run_id)
+        try:
+            run: Run = self._store.get(Run.create_id(run_id))
+        except AggregateNotFoundError:
+            raise UnknownRun(run_id) from None
         by_model = self.read_models.spend_by_model(run_id=run_id)
         return SpendReport(
             task_id=None,
             run_id=run_id,
             spent_usd=round(sum(m.spent_usd for m in by_model), 9),
-            budget_usd=None,
+            budget_usd=run.budget_usd,
             tokens=sum(m.tokens for m in by_model),
             budget_tokens=None,
             input_tokens=sum(m.input_tokens for m in by_model),
@@ -1193,6 +1312,22 @@ def _receipt(pending: Pending) -> Iterator[None]:
         yield
     finally:
         RECEIPT.reset(token)
+
+
+class _RaisedMeanwhile(Exception):
+    """The run's budget was raised while its tasks were being stopped."""
+
+
+def over_run_budget(task_id: str, run: Run) -> OverBudget:
+    """The refusal to resume a task whose run spent its budget."""
+    spend = run.spend()
+    msg = (
+        f"task {task_id!r} is in run {run.run_id!r}, which has spent its budget "
+        f"(USD {spend.spent_usd:.6g} of {spend.budget_usd:g}): raise the run's "
+        f"budget first (`devs budget --run {run.run_id} --usd N`, POST "
+        f"/runs/{run.run_id}/budget, or raise_run_budget), then resume"
+    )
+    return OverBudget(msg, task_id=task_id)
 
 
 def _shown(value: object) -> str:

@@ -56,6 +56,7 @@ __all__ = [
     "LogLesson",
     "PolicyChanges",
     "RaiseBudget",
+    "RaiseRunBudget",
     "RecordGate",
     "RecordUsage",
     "Release",
@@ -203,6 +204,18 @@ class RaiseBudget(Arguments):
     if_version: AnsweredVersion | None = IF_VERSION
 
 
+class RaiseRunBudget(Arguments):
+    """A person sets the run's budget above what its tasks spent."""
+
+    run_id: RunId = Field(description="the run")
+    usd: BudgetUsd = Field(
+        description="the run's budget in USD, every task together (above what "
+        "they spent)"
+    )
+    actor: Actor = ACTOR
+    reason: Reason = REASON
+
+
 class LogLesson(Arguments):
     """Log what a failed strategy taught: it is blacklisted for the task."""
 
@@ -329,6 +342,7 @@ COMMANDS: dict[str, type[Arguments]] = {
     "log_lesson": LogLesson,
     "record_usage": RecordUsage,
     "raise_budget": RaiseBudget,
+    "raise_run_budget": RaiseRunBudget,
     "resume": Resume,
     "rewind": Rewind,
     "skip": Skip,
@@ -346,12 +360,18 @@ than an id, by its method's name."""
 def given_apart(
     *,
     task_id: TaskId | None = None,
+    run_id: RunId | None = None,
     actor: Actor | None = None,
     if_version: AnsweredVersion | None = None,
 ) -> dict[str, Any]:
     """The arguments an edge takes from elsewhere than a command's body (the
-    URL path's ``task_id``, the ``actor`` a token names, the ``If-Match``
-    header's version), validated as the command validates them and refused
-    in the same words; those given, by name."""
-    given = {"task_id": task_id, "actor": actor, "if_version": if_version}
+    URL path's ``task_id`` or ``run_id``, the ``actor`` a token names, the
+    ``If-Match`` header's version), validated as the command validates them
+    and refused in the same words; those given, by name."""
+    given = {
+        "task_id": task_id,
+        "run_id": run_id,
+        "actor": actor,
+        "if_version": if_version,
+    }
     return {name: value for name, value in given.items() if value is not None}

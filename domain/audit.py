@@ -11,6 +11,7 @@ a bug and raised as it is.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -32,6 +33,7 @@ from devs.domain.model import Immutable
 from devs.domain.policy import Policy
 from devs.domain.ports import ReadModels
 from devs.domain.redaction import redact
+from devs.domain.spend import Usage
 from devs.domain.task import Task, TaskEvent, task_id_of
 
 PAGE = 1_000
@@ -224,6 +226,10 @@ class WhatIfReport(Immutable):
     """The tasks whose ladder would have gone otherwise."""
     unreadable: list[str]
     """Tasks left out: one of their events cannot be decoded."""
+    saved: Usage = Usage()
+    """What the other policy's budgets would have saved, every task
+    together: the usage recorded while a task was at work after a budget
+    stop of the other policy that no recorded raise answered."""
 
 
 class ReplayCheckReport(Immutable):
@@ -430,6 +436,9 @@ class Audits:
             dropped_human_actions=sum(r.dropped_human_actions for r in results),
             changed=[r for r in results if r.changed],
             unreadable=unreadable,
+            saved=functools.reduce(
+                Usage.plus, (r.saved for r in results if r.saved), Usage()
+            ),
         )
 
     # ---------------------------------------------------------- replay check

@@ -20,13 +20,13 @@ from devs.domain.names import (
 from devs.domain.policy import Policy
 from devs.domain.ports import RunState
 from devs.domain.run import NodeOutcome, Run, RunStatus
+from devs.domain.spend import Spend
 from devs.domain.stuck import StuckAssessment
 from devs.domain.task import (
     FailureAnalysisReport,
     FailureRecord,
     HandoffPayload,
     HumanSession,
-    Spend,
     Task,
 )
 
@@ -357,6 +357,7 @@ def run_state_of(run: Run) -> RunState:
         updated_at=run.modified_on,
         stop_scope=run.stop_scope,
         started_at=run.created_on,
+        over_budget=run.over_budget,
     )
 
 

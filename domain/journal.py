@@ -30,7 +30,8 @@ from devs.domain.operators import Operators
 from devs.domain.receipt import Receipt
 from devs.domain.redaction import excerpt
 from devs.domain.run import Run
-from devs.domain.task import Spend, Task, TaskEvent, task_id_of
+from devs.domain.spend import Spend
+from devs.domain.task import Task, TaskEvent, task_id_of
 from devs.domain.vocabulary import kind_of, log_event
 
 logger = logging.getLogger("devs.decisions")
@@ -290,6 +291,27 @@ def _(e: Run.Resumed) -> Line:
 @describe.register
 def _(e: Run.Completed) -> Line:
     return log_event(Run.Completed), _run(e)
+
+
+@describe.register
+def _(e: Run.Spent) -> Line:
+    return log_event(Run.Spent), _run(
+        e, task_id=e.task_id, cost_usd=e.usage.spent_usd, tokens=e.usage.tokens
+    )
+
+
+@describe.register
+def _(e: Run.BudgetExhausted) -> Line:
+    return log_event(Run.BudgetExhausted), _run(
+        e, spent_usd=e.spend.spent_usd, budget_usd=e.spend.budget_usd
+    )
+
+
+@describe.register
+def _(e: Run.BudgetRaised) -> Line:
+    return log_event(Run.BudgetRaised), _run(
+        e, budget_usd=e.budget_usd, actor=e.actor, reason=e.reason
+    )
 
 
 @describe.register

@@ -115,6 +115,9 @@ class RunState(Immutable):
     """What a task's stop holds up: the whole run, or its descendants only."""
     started_at: datetime | None = None
     """When the run started (none from a server that did not say)."""
+    over_budget: bool = False
+    """Its tasks spent its budget (``DEVS_RUN_BUDGET_USD``), not raised since:
+    it is paused, and no task starts in it."""
 
 
 HandoffEnd = Literal[ResolutionValue, "open"]
@@ -172,7 +175,7 @@ class SpendReport(Immutable):
     """What a task or a run spent on model calls, its budgets, and each
     model's share (``devs spend``, ``GET /tasks/{id}/spend``, ``GET
     /runs/{id}/spend``). The totals' names are the ones a budget stop's
-    session carries (:class:`~devs.domain.task.Spend`)."""
+    session carries (:class:`~devs.domain.spend.Spend`)."""
 
     task_id: str | None
     """The task reported on (``None`` for a run)."""

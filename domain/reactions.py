@@ -4,7 +4,8 @@ A task's new events are folded into its run here, and nowhere else: a pass
 settles the node (the run may complete), a stop for a human pauses the run (a
 deadline's expiry, a hand-off, keeps it paused), a human sending the task back
 to work resumes it, a skip or a hand-off resolved as complete or skip settles
-the node. Commands only decide on the task; the
+the node, a usage counts against the run's budget (at the budget the run
+stops for it). Commands only decide on the task; the
 service calls :func:`react` with the events the task just decided.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 from devs.domain.chart import TaskState
 from devs.domain.names import Resolution
 from devs.domain.run import NodeOutcome, Run
+from devs.domain.spend import Usage
 from devs.domain.task import Task, TaskEvent, task_id_of
 
 
@@ -72,6 +74,18 @@ def _(e: Task.DeadlineExpired, run: Run) -> None:
 @_react.register(Task.Rewound)
 def _(e: TaskEvent, run: Run) -> None:
     run.resume(task_id_of(e.originator_id))
+
+
+@_react.register
+def _(e: Task.UsageRecorded, run: Run) -> None:
+    usage = Usage.one(
+        e.input_tokens,
+        e.output_tokens,
+        e.cache_read_tokens,
+        e.cache_creation_tokens,
+        e.cost_usd,
+    )
+    run.count_usage(task_id_of(e.originator_id), usage)
 
 
 @_react.register

@@ -21,6 +21,7 @@ from devs.domain.gate import evaluate
 from devs.domain.model import Value
 from devs.domain.names import SessionReason
 from devs.domain.policy import Policy
+from devs.domain.spend import Usage
 from devs.domain.task import Task, TaskEvent, task_id_of
 
 StopKind = Literal["escalation", "pause", "hand_off"]
@@ -55,12 +56,17 @@ def is_input(event: Any) -> bool:
     """Whether ``event`` is something reported to the referee (not decided by it).
 
     A pause is an input when an entropy score reported by the orchestrator
-    caused it; a pause for a blacklisted strategy, a derived stuck score or a
-    budget is a decision, as is a budget's warning. A deadline's expiry or
+    caused it, or its run's budget (the other tasks' usage); a pause for a
+    blacklisted strategy, a derived stuck score or the task's own budget is a
+    decision, as is a budget's warning. A deadline's expiry or
     reminder is an input: the sweeper reports that the clock reached it.
     """
     if isinstance(event, Task.Paused):
         session = event.session
+        if session.reason is SessionReason.BUDGET_EXHAUSTED:
+            # The run's budget: its other tasks' usage, which this history
+            # does not hold, stopped it.
+            return session.spend is not None and session.spend.scope == "run"
         return (
             session.reason is SessionReason.ENTROPY_LIMIT
             and session.entropy_source != "derived"
@@ -89,6 +95,9 @@ def feed(task: Task, event: Any) -> None:
             task.fail(event.failure)
         case Task.EntropyMeasured():
             task.report_entropy(event.score)
+        case Task.Paused() if event.session.reason is SessionReason.BUDGET_EXHAUSTED:
+            assert event.session.spend is not None  # a run's: an input
+            task.stop_for_run_budget(event.session.spend)
         case Task.Paused():
             task.report_entropy(event.session.entropy_score or 0.0)
         case Task.LessonLogged():
@@ -314,7 +323,12 @@ class TaskWhatIf(Value):
     session, having no deadline, refuses)."""
     cut_at: int | None
     """The version from which the recorded history would not have happened
-    (the other policy handed the task off before it)."""
+    (the other policy handed the task off before it, or stopped it for its
+    budget with no raise recorded)."""
+    saved: Usage | None = None
+    """What the other policy's budget would have saved: the usage recorded
+    after its budget stop that nobody's raise answered (the agent would
+    have waited for a person); ``None`` when it saved nothing."""
     changes: tuple[str, ...]
     """Where the ladder would have gone otherwise, one line each."""
 
@@ -334,6 +348,8 @@ def what_if(events: Sequence[Any], policy: Policy) -> TaskWhatIf:
     first_human: int | None = None
     assumed = dropped = 0
     cut_at: int | None = None
+    budget_stop: int | None = None
+    """The version of the other policy's budget stop not answered yet."""
     was = TaskState.RUNNING  # the recorded task's state before each input
     for group in groups(events[1:]):
         event = group[0]
@@ -352,6 +368,11 @@ def what_if(events: Sequence[Any], policy: Policy) -> TaskWhatIf:
                 dropped += 1  # it answered a stop this policy did not make
                 continue
         elif task.pending_session is not None and not isinstance(event, NOT_ANSWERS):
+            if task.spend().over:
+                # Nobody raised the budget it spent: the agent would have
+                # waited, and what was recorded from here on not happened.
+                cut_at = version
+                break
             task.resume(
                 actor=ASSUMED_ACTOR, reason="assumed answered at once", as_recorded=True
             )
@@ -362,7 +383,12 @@ def what_if(events: Sequence[Any], policy: Policy) -> TaskWhatIf:
         except DevsError:
             dropped += 1
             continue
+        if task.state not in WAITING:
+            budget_stop = None
         for produced in task.collect_events():
+            session = getattr(produced, "session", None)
+            if session is not None and session.reason is SessionReason.BUDGET_EXHAUSTED:
+                budget_stop = version
             if isinstance(produced, FAILURES):
                 failures += 1
             kind = STOPS.get(type(produced))
@@ -382,6 +408,9 @@ def what_if(events: Sequence[Any], policy: Policy) -> TaskWhatIf:
         final_state=TaskState(task.state),
         failures_before_first_human=first_human,
     )
+    saved = None
+    if budget_stop is not None:
+        saved = _usage_after(events, budget_stop)
     return TaskWhatIf(
         task_id=started.task_id,
         events=len(events),
@@ -390,8 +419,36 @@ def what_if(events: Sequence[Any], policy: Policy) -> TaskWhatIf:
         assumed_resumes=assumed,
         dropped_human_actions=dropped,
         cut_at=cut_at,
-        changes=_changes(recorded, alternative, cut_at),
+        saved=saved,
+        changes=_changes(recorded, alternative, cut_at, saved),
     )
+
+
+def _usage_after(events: Sequence[Any], version: int) -> Usage | None:
+    """The usage the history recorded after ``version`` while the recorded
+    task was at work (``None``: none). Usage recorded while it waited for a
+    person was spent whatever the policy: no stop would have saved it."""
+    total = Usage()
+    state = TaskState.RUNNING
+    for event in events:
+        working = state not in WAITING
+        if isinstance(event, TaskEvent):
+            state = event.state_after(state)
+        if (
+            working
+            and isinstance(event, Task.UsageRecorded)
+            and event.originator_version > version
+        ):
+            total = total.plus(
+                Usage.one(
+                    event.input_tokens,
+                    event.output_tokens,
+                    event.cache_read_tokens,
+                    event.cache_creation_tokens,
+                    event.cost_usd,
+                )
+            )
+    return total if total.tokens or total.spent_usd else None
 
 
 def _state_after(group: Sequence[Any], state: TaskState) -> TaskState:
@@ -432,7 +489,10 @@ def _course_recorded(events: Sequence[Any]) -> Course:
 
 
 def _changes(
-    recorded: Course, alternative: Course, cut_at: int | None
+    recorded: Course,
+    alternative: Course,
+    cut_at: int | None,
+    saved: Usage | None = None,
 ) -> tuple[str, ...]:
     """Where the two courses part, in words: stops at other versions, stops
     one of them never made. Each version is named with the event a reader
@@ -453,9 +513,15 @@ def _changes(
         else:
             lines.append(f"no {name} (recorded: {_events(was)})")
     if cut_at is not None:
+        stopped = "stopped for its budget" if saved is not None else "handed off"
         lines.append(
-            f"handed off before version {cut_at}: the recorded history from "
+            f"{stopped} before version {cut_at}: the recorded history from "
             "there on would not have happened"
+        )
+    if saved is not None:
+        lines.append(
+            f"would have saved USD {saved.spent_usd:.4f} and {saved.tokens:,} "
+            "tokens (the usage recorded after its budget stop)"
         )
     if recorded.final_state != alternative.final_state:
         lines.append(

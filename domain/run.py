@@ -29,6 +29,7 @@ from devs.domain.model import (
     SnapshotState,
 )
 from devs.domain.names import StopScope
+from devs.domain.spend import Spend, Usage
 from devs.domain.values import DAG_MAX_NODES
 
 MAX_RUN_NODES = DAG_MAX_NODES
@@ -216,6 +217,9 @@ class RunSnapshotState(SnapshotState):
     skipped: list[int]
     pausing: list[int]
     stop_scope: StopScope = StopScope.RUN
+    budget_usd: float | None = None
+    usage: Usage | None = None
+    over_budget: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -261,6 +265,9 @@ class Run(Aggregate):
         prerequisites: tuple[tuple[int, ...], ...]
         stop_scope: StopScope = StopScope.RUN
         """What a task's stop holds up (recorded: a replay decides the same)."""
+        budget_usd: float | None = None
+        """The run's budget in USD, every task's usage together (the policy's
+        ``run_budget_usd`` when the run started; ``None``: unlimited)."""
 
         @model_validator(mode="before")
         @classmethod
@@ -293,6 +300,30 @@ class Run(Aggregate):
     class Completed(Aggregate.Event):
         TOPIC: ClassVar[str] = "devs:Run.Completed"
 
+    class Spent(Aggregate.Event):
+        """A usage of one of the run's tasks, counted against the run's
+        budget (recorded only for a run with a budget)."""
+
+        TOPIC: ClassVar[str] = "devs:Run.Spent"
+        task_id: str
+        usage: Usage
+        """The usage's tokens and cost (``spent_usd``: its cost, if known)."""
+
+    class BudgetExhausted(Aggregate.Event):
+        """The run's tasks together spent its budget: the run pauses, and
+        every working task of it stops for a human."""
+
+        TOPIC: ClassVar[str] = "devs:Run.BudgetExhausted"
+        spend: Spend
+
+    class BudgetRaised(Aggregate.Event):
+        """A person set the run's budget above what its tasks spent."""
+
+        TOPIC: ClassVar[str] = "devs:Run.BudgetRaised"
+        budget_usd: float
+        actor: str
+        reason: str
+
     @staticmethod
     def create_id(run_id: str) -> str:
         return f"run:{run_id}"
@@ -303,17 +334,19 @@ class Run(Aggregate):
         run_id: str,
         dag: Mapping[str, Sequence[str]],
         stop_scope: StopScope = StopScope.RUN,
+        budget_usd: float | None = None,
     ) -> Run:
-        """A new run; refuses a bad DAG (:func:`plan`) before any event."""
+        """A new run; refuses a bad DAG (:func:`plan`) before any event.
+        ``budget_usd``: what its tasks may spend together (``None``:
+        unlimited)."""
         nodes, prerequisites = plan(dag)
-        if stop_scope is StopScope.RUN:  # the event as before the scope existed
-            return cls(run_id=run_id, nodes=nodes, prerequisites=prerequisites)
-        return cls(
-            run_id=run_id,
-            nodes=nodes,
-            prerequisites=prerequisites,
-            stop_scope=stop_scope,
-        )
+        # The event as before the scope and the budget existed, when unused.
+        given: dict[str, Any] = {}
+        if stop_scope is not StopScope.RUN:
+            given["stop_scope"] = stop_scope
+        if budget_usd is not None:
+            given["budget_usd"] = budget_usd
+        return cls(run_id=run_id, nodes=nodes, prerequisites=prerequisites, **given)
 
     @event(Started)
     def __init__(
@@ -322,11 +355,15 @@ class Run(Aggregate):
         nodes: tuple[str, ...],
         prerequisites: tuple[tuple[int, ...], ...],
         stop_scope: StopScope = StopScope.RUN,
+        budget_usd: float | None = None,
     ) -> None:
         self.run_id = run_id
         self.nodes = nodes
         self.prerequisites = prerequisites
         self.stop_scope = StopScope(stop_scope)
+        self.budget_usd = budget_usd
+        self.usage: Usage | None = None
+        self.over_budget = False
         self.status = RunStatus.RUNNING
         self.start_order: list[int] = []
         self.settle_order: list[int] = []
@@ -394,6 +431,17 @@ class Run(Aggregate):
         """The tasks that hold the run paused, in the order they paused it."""
         return tuple(self.nodes[i] for i in self.pausing)
 
+    def spend(self) -> Spend:
+        """What the run's tasks spent since it started, against its budget
+        (counted only for a run with a budget)."""
+        return Spend.counted(self.usage or Usage(), self.budget_usd, None, "run")
+
+    def working_nodes(self) -> tuple[str, ...]:
+        """The tasks started and not settled, in the order they started."""
+        return tuple(
+            self.nodes[i] for i in self.start_order if i not in self.settled_set
+        )
+
     def ready_nodes(self) -> tuple[str, ...]:
         """Nodes whose prerequisites are settled and that were not started."""
         return tuple(self.nodes[i] for i in sorted(self.ready))
@@ -424,6 +472,15 @@ class Run(Aggregate):
 
     def start_node(self, node: str) -> None:
         index = self._index(node)
+        if self.over_budget:
+            spend = self.spend()
+            msg = (
+                f"run {self.run_id!r} is {self.status}: its tasks spent its budget "
+                f"(USD {spend.spent_usd:.6g} of {spend.budget_usd:g}), so no task "
+                f"can start in it; raise it first (`devs budget --run {self.run_id} "
+                "--usd N`)"
+            )
+            raise IllegalTransition(msg, state=self.status)
         if self.status is not RunStatus.RUNNING:
             msg = f"run {self.run_id!r} is {self.status}; no task can start in it"
             raise IllegalTransition(msg, state=self.status)
@@ -456,6 +513,36 @@ class Run(Aggregate):
     def resume(self, task_id: str) -> None:
         if self._index(task_id) in self.paused_set:
             self._resume(task_id=task_id)
+
+    def count_usage(self, task_id: str, usage: Usage) -> None:
+        """One of its tasks' usage: counted against the run's budget (a run
+        without one keeps no count); at the budget, the run stops for it."""
+        if self.budget_usd is None:
+            return
+        self._spent(task_id=task_id, usage=usage)
+        spend = self.spend()
+        if spend.over_usd and not self.over_budget:
+            self._exhaust(spend=spend)
+
+    def raise_budget(self, usd: float, *, actor: str, reason: str) -> None:
+        """A person sets the run's budget to ``usd``, above what its tasks
+        spent (else ``InvalidInput``, nothing written); a run started
+        without a budget has none to raise."""
+        if self.budget_usd is None:
+            msg = (
+                f"run {self.run_id!r} has no budget: it started without one "
+                "(DEVS_RUN_BUDGET_USD), so its tasks' spend was not counted "
+                "against one; each task's own budget can be raised"
+            )
+            raise InvalidInput(msg, field="usd")
+        spent = self.spend().spent_usd
+        if usd <= spent:
+            msg = (
+                f"usd {usd:g} is not above what run {self.run_id!r} has spent "
+                f"(USD {spent:.6g}): set a budget above it"
+            )
+            raise InvalidInput(msg, field="usd")
+        self._raise_budget(budget_usd=usd, actor=actor, reason=reason)
 
     # ------------------------------------------------------- event appliers
 
@@ -493,12 +580,30 @@ class Run(Aggregate):
         index = self.position[task_id]
         self.pausing.remove(index)
         self.paused_set.discard(index)
-        if not self.pausing:
-            self.status = RunStatus.RUNNING
+        if not self.pausing and not self.over_budget:
+            self.status = RunStatus.RUNNING  # (descendants: it was already)
 
     @event(Completed)
     def _complete(self) -> None:
         self.status = RunStatus.COMPLETED
+
+    @event(Spent)
+    def _spent(self, task_id: str, usage: Usage) -> None:
+        self.usage = (self.usage or Usage()).plus(usage)
+
+    @event(BudgetExhausted)
+    def _exhaust(self, spend: Spend) -> None:
+        self.over_budget = True
+        if self.status is RunStatus.RUNNING:
+            self.status = RunStatus.PAUSED
+
+    @event(BudgetRaised)
+    def _raise_budget(self, budget_usd: float, actor: str, reason: str) -> None:
+        self.budget_usd = budget_usd
+        self.over_budget = False
+        held = self.pausing and self.stop_scope is StopScope.RUN
+        if self.status is RunStatus.PAUSED and not held:
+            self.status = RunStatus.RUNNING
 
 
 register_topic(Run.Snapshot.TOPIC, Run.Snapshot)

@@ -119,6 +119,10 @@ class RecoveryApi(Protocol):
         usage_id: str | None = None,
     ) -> UsageDecision: ...
 
+    def raise_run_budget(
+        self, run_id: str, *, usd: float, actor: str, reason: str
+    ) -> RunState: ...
+
     def raise_budget(
         self,
         task_id: str,

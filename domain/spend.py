@@ -14,11 +14,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from devs.domain.errors import InvalidInput
+from devs.domain.model import Value
 
 PRICES_ENV = "DEVS_PRICES"
 """The variable naming a JSON file of prices that override or extend
@@ -230,3 +231,135 @@ def _price(model: str, entry: Any) -> Price:
             raise InvalidInput(msg, field=PRICES_ENV)
         values[name] = float(value)
     return Price(**values)
+
+
+# ------------------------------------------------------------ what was spent
+
+
+class Usage(Value):
+    """The tokens and money a task's model calls used, summed."""
+
+    spent_usd: float = 0.0
+    """The cost of every usage whose model had a price."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    unknown_cost_tokens: int = 0
+    """The tokens of usages whose model had no price (counted in ``tokens``,
+    not in ``spent_usd``)."""
+
+    @classmethod
+    def one(
+        cls,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_tokens: int,
+        cache_creation_tokens: int,
+        cost_usd: float | None,
+    ) -> Usage:
+        """One model call's usage (``cost_usd`` ``None``: of unknown cost)."""
+        tokens = input_tokens + output_tokens + cache_read_tokens
+        tokens += cache_creation_tokens
+        return cls(
+            spent_usd=cost_usd or 0.0,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cache_read_tokens,
+            cache_creation_tokens=cache_creation_tokens,
+            unknown_cost_tokens=tokens if cost_usd is None else 0,
+        )
+
+    def plus(self, other: Usage) -> Usage:
+        """Both together; the money rounded to a nano-dollar: ten usages of
+        0.1 spend 1.0, not 0.9999999999999999 (and a replay adds the same)."""
+        return Usage(
+            spent_usd=round(self.spent_usd + other.spent_usd, 9),
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_creation_tokens=self.cache_creation_tokens
+            + other.cache_creation_tokens,
+            unknown_cost_tokens=self.unknown_cost_tokens + other.unknown_cost_tokens,
+        )
+
+    @property
+    def tokens(self) -> int:
+        """Every token counted: input, output, cache reads and cache writes."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_creation_tokens
+        )
+
+
+class Spend(Value):
+    """What a task spent on model calls, and its budgets: in a budget stop's
+    session, a usage's answer and the task's summary."""
+
+    spent_usd: float
+    budget_usd: float | None
+    """``None``: no budget in money."""
+    tokens: int
+    """Every token counted: input, output, cache reads and cache writes."""
+    budget_tokens: int | None
+    """``None``: no budget in tokens."""
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_creation_tokens: int
+    unknown_cost_tokens: int
+    """The tokens of usages whose model had no price (in ``tokens``, not in
+    ``spent_usd``)."""
+    scope: Literal["run"] | None = None
+    """``run``: the figures are the task's run's, every task of it together,
+    against the run's budget (``DEVS_RUN_BUDGET_USD``); ``None``: the
+    task's own."""
+
+    @classmethod
+    def counted(
+        cls,
+        usage: Usage,
+        budget_usd: float | None,
+        budget_tokens: int | None,
+        scope: Literal["run"] | None = None,
+    ) -> Spend:
+        """``usage`` against these budgets."""
+        return cls(
+            scope=scope,
+            spent_usd=usage.spent_usd,
+            budget_usd=budget_usd,
+            tokens=usage.tokens,
+            budget_tokens=budget_tokens,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_creation_tokens=usage.cache_creation_tokens,
+            unknown_cost_tokens=usage.unknown_cost_tokens,
+        )
+
+    @property
+    def used(self) -> float:
+        """The larger share of a budget spent (0 without budgets)."""
+        shares = [0.0]
+        if self.budget_usd is not None:
+            shares.append(self.spent_usd / self.budget_usd)
+        if self.budget_tokens is not None:
+            shares.append(self.tokens / self.budget_tokens)
+        return max(shares)
+
+    @property
+    def over_usd(self) -> bool:
+        """Whether the budget in money is spent (at or over it)."""
+        return self.budget_usd is not None and self.spent_usd >= self.budget_usd
+
+    @property
+    def over_tokens(self) -> bool:
+        """Whether the budget in tokens is spent (at or over it)."""
+        return self.budget_tokens is not None and self.tokens >= self.budget_tokens
+
+    @property
+    def over(self) -> bool:
+        """Whether a budget is spent."""
+        return self.over_usd or self.over_tokens

@@ -42,6 +42,7 @@ from devs.domain.output import clean as clean_text
 from devs.domain.output import error_line, keep
 from devs.domain.policy import MAX_HUMAN_DEADLINE, Policy, StuckDetection
 from devs.domain.redaction import error_hash, excerpt, redact
+from devs.domain.spend import Spend, Usage
 from devs.domain.stuck import WINDOW as STUCK_WINDOW
 from devs.domain.stuck import StuckAssessment, assess, failing_tests
 from devs.domain.values import ERROR_MAX, OUTPUT_MAX, cut
@@ -90,92 +91,6 @@ class FailureRecord(Value):
 EntropySource = Literal["reported", "derived"]
 """Who gave an entropy score: the orchestrator (``report_entropy``), or the
 referee's stuck detection in ``gate`` mode."""
-
-
-class Usage(Value):
-    """The tokens and money a task's model calls used, summed."""
-
-    spent_usd: float = 0.0
-    """The cost of every usage whose model had a price."""
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_creation_tokens: int = 0
-    unknown_cost_tokens: int = 0
-    """The tokens of usages whose model had no price (counted in ``tokens``,
-    not in ``spent_usd``)."""
-
-    @property
-    def tokens(self) -> int:
-        """Every token counted: input, output, cache reads and cache writes."""
-        return (
-            self.input_tokens
-            + self.output_tokens
-            + self.cache_read_tokens
-            + self.cache_creation_tokens
-        )
-
-
-class Spend(Value):
-    """What a task spent on model calls, and its budgets: in a budget stop's
-    session, a usage's answer and the task's summary."""
-
-    spent_usd: float
-    budget_usd: float | None
-    """``None``: no budget in money."""
-    tokens: int
-    """Every token counted: input, output, cache reads and cache writes."""
-    budget_tokens: int | None
-    """``None``: no budget in tokens."""
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_creation_tokens: int
-    unknown_cost_tokens: int
-    """The tokens of usages whose model had no price (in ``tokens``, not in
-    ``spent_usd``)."""
-
-    @classmethod
-    def counted(
-        cls, usage: Usage, budget_usd: float | None, budget_tokens: int | None
-    ) -> Spend:
-        """``usage`` against these budgets."""
-        return cls(
-            spent_usd=usage.spent_usd,
-            budget_usd=budget_usd,
-            tokens=usage.tokens,
-            budget_tokens=budget_tokens,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_tokens=usage.cache_read_tokens,
-            cache_creation_tokens=usage.cache_creation_tokens,
-            unknown_cost_tokens=usage.unknown_cost_tokens,
-        )
-
-    @property
-    def used(self) -> float:
-        """The larger share of a budget spent (0 without budgets)."""
-        shares = [0.0]
-        if self.budget_usd is not None:
-            shares.append(self.spent_usd / self.budget_usd)
-        if self.budget_tokens is not None:
-            shares.append(self.tokens / self.budget_tokens)
-        return max(shares)
-
-    @property
-    def over_usd(self) -> bool:
-        """Whether the budget in money is spent (at or over it)."""
-        return self.budget_usd is not None and self.spent_usd >= self.budget_usd
-
-    @property
-    def over_tokens(self) -> bool:
-        """Whether the budget in tokens is spent (at or over it)."""
-        return self.budget_tokens is not None and self.tokens >= self.budget_tokens
-
-    @property
-    def over(self) -> bool:
-        """Whether a budget is spent."""
-        return self.over_usd or self.over_tokens
 
 
 class HumanSession(Value):
@@ -251,6 +166,7 @@ class TaskSnapshotState(SnapshotState):
     budget_usd: float | None = None
     budget_tokens: int | None = None
     warned_at: tuple[float | None, int | None] | None = None
+    answered_at: int | None = None
 
 
 class TaskEvent(Aggregate.Event):
@@ -261,6 +177,9 @@ class TaskEvent(Aggregate.Event):
     """
 
     trigger: ClassVar[Trigger]
+    quiet: ClassVar[bool] = False
+    """It changes nothing a person answers (a usage, a budget's warning): an
+    answer given for the version before it still stands."""
     chain_prev: str | None = None
     """The SHA-256 of the task's previous event (:mod:`devs.domain.chain`);
     ``None`` in a task written before the chain existed."""
@@ -272,6 +191,8 @@ class TaskEvent(Aggregate.Event):
     def apply(self, aggregate: Any) -> None:
         aggregate.state = self.state_after(aggregate.state)
         aggregate._chain_event = self
+        if not self.quiet:
+            aggregate.answered_at = self.originator_version
 
 
 class Task(Aggregate):
@@ -465,6 +386,7 @@ class Task(Aggregate):
 
         TOPIC: ClassVar[str] = "devs:Task.UsageRecorded"
         trigger = Trigger.RECORD_USAGE
+        quiet = True
         model: str
         input_tokens: int
         output_tokens: int
@@ -478,6 +400,7 @@ class Task(Aggregate):
 
         TOPIC: ClassVar[str] = "devs:Task.BudgetWarned"
         trigger = Trigger.WARN_BUDGET
+        quiet = True
         spend: Spend
         warn: float
         """The fraction it crossed (the policy's ``budget_warn``)."""
@@ -542,7 +465,14 @@ class Task(Aggregate):
         self.__dict__.setdefault("_chained", self._chain_head is not None)
         self.__dict__.setdefault("stuck", None)
         self.__dict__.setdefault("reminded_session_id", None)
-        for name in ("usage", "usage_ids", "budget_usd", "budget_tokens", "warned_at"):
+        for name in (
+            "usage",
+            "usage_ids",
+            "budget_usd",
+            "budget_tokens",
+            "warned_at",
+            "answered_at",
+        ):
             self.__dict__.setdefault(name, None)
 
     def __eq__(self, other: object) -> bool:
@@ -589,6 +519,9 @@ class Task(Aggregate):
         self.budget_usd: float | None = None
         self.budget_tokens: int | None = None
         self.warned_at: tuple[float | None, int | None] | None = None
+        self.answered_at: int | None = None
+        """The version of the last event a person's answer must have seen
+        (``None``: the latest); the quiet ones after it change nothing."""
 
     # ----------------------------------------------------------------- derived
 
@@ -891,6 +824,17 @@ class Task(Aggregate):
             budget_tokens=tokens,
         )
 
+    def stop_for_run_budget(self, spend: Spend) -> bool:
+        """The task's run spent its budget (``spend``, the run's): a working
+        task with no stop pending pauses for a human, reason
+        ``budget_exhausted``; any other is left as it is. Whether it paused."""
+        if self.state not in WORKING or self.pending_session is not None:
+            return False
+        self._pause(
+            session=self._new_session(SessionReason.BUDGET_EXHAUSTED, spend=spend)
+        )
+        return True
+
     def _within_budget(self) -> None:
         """Refuse to send a task over its budget back to work."""
         spend = self.spend()
@@ -1057,8 +1001,14 @@ class Task(Aggregate):
         self._resolve(actor=clean_actor, reason=redact(reason), resolution=resolution)
 
     def _answering(self, if_version: int | None) -> None:
-        """Refuse an answer to a version of the task that is not the latest."""
+        """Refuse an answer to a version of the task that is not the latest,
+        or one of the quiet versions after it (usage recorded while a person
+        read the task changes nothing they answer)."""
         if if_version is None or if_version == self.version:
+            return
+        if self.answered_at is not None and self.answered_at <= if_version < (
+            self.version
+        ):
             return
         msg = (
             f"task {self.task_id!r} is at version {self.version} ({self.state}), "
@@ -1351,19 +1301,14 @@ class Task(Aggregate):
         cost_usd: float | None = None,
         usage_id: str | None = None,
     ) -> None:
-        was = self.usage or Usage()
-        tokens = input_tokens + output_tokens + cache_read_tokens
-        tokens += cache_creation_tokens
-        self.usage = Usage(
-            # Rounded to a nano-dollar: ten usages of 0.1 spend 1.0, not
-            # 0.9999999999999999 (and a replay adds the same way).
-            spent_usd=round(was.spent_usd + (cost_usd or 0.0), 9),
-            input_tokens=was.input_tokens + input_tokens,
-            output_tokens=was.output_tokens + output_tokens,
-            cache_read_tokens=was.cache_read_tokens + cache_read_tokens,
-            cache_creation_tokens=was.cache_creation_tokens + cache_creation_tokens,
-            unknown_cost_tokens=was.unknown_cost_tokens
-            + (tokens if cost_usd is None else 0),
+        self.usage = (self.usage or Usage()).plus(
+            Usage.one(
+                input_tokens,
+                output_tokens,
+                cache_read_tokens,
+                cache_creation_tokens,
+                cost_usd,
+            )
         )
         if usage_id is not None:
             if self.usage_ids is None:

@@ -55,6 +55,10 @@ class RunsView(TrackingRecorder, ABC):
         """Every node is settled."""
 
     @abstractmethod
+    def over_budget(self, run_id: str, over: bool, at: str, tracking: Tracking) -> None:
+        """The run's tasks spent its budget (``over``), or a person raised it."""
+
+    @abstractmethod
     def run_state(self, run_id: str) -> RunState | None:
         """The run and its nodes."""
 
@@ -103,6 +107,18 @@ class RunsProjection(ReadModelProjection[RunsView]):
         )
 
     @process_event.register
+    def _(self, e: Run.BudgetExhausted, tracking: Tracking) -> None:
+        self.view.over_budget(
+            run_id_of(e.originator_id), True, e.timestamp.isoformat(), tracking
+        )
+
+    @process_event.register
+    def _(self, e: Run.BudgetRaised, tracking: Tracking) -> None:
+        self.view.over_budget(
+            run_id_of(e.originator_id), False, e.timestamp.isoformat(), tracking
+        )
+
+    @process_event.register
     def _(self, e: Run.Completed, tracking: Tracking) -> None:
         self.view.complete(
             run_id_of(e.originator_id), e.timestamp.isoformat(), tracking
@@ -113,7 +129,8 @@ class RunsTables(RunsView, SQLTables):
     """The ``runs`` tables and their SQL (SQLite and PostgreSQL alike)."""
 
     name: ClassVar[str] = "runs"
-    schema_version: ClassVar[int] = 3  # v2: stop scopes; v3: no index on progress
+    # v2: stop scopes; v3: no index on progress; v4: over_budget
+    schema_version: ClassVar[int] = 4
     tables: ClassVar[tuple[str, ...]] = ("runs", "run_nodes", "run_edges")
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS runs ("
@@ -123,6 +140,7 @@ class RunsTables(RunsView, SQLTables):
         "settled_count INTEGER NOT NULL DEFAULT 0, "
         "paused_count INTEGER NOT NULL DEFAULT 0, "
         "stop_scope TEXT NOT NULL DEFAULT 'run', "
+        "over_budget INTEGER NOT NULL DEFAULT 0, "
         "started_at TEXT NOT NULL, "
         "updated_at TEXT NOT NULL)",
         "CREATE TABLE IF NOT EXISTS run_nodes ("
@@ -151,6 +169,8 @@ class RunsTables(RunsView, SQLTables):
         "stop_scope TEXT NOT NULL DEFAULT 'run'",
         # v3: no query reads nodes by progress; the index only slowed writes.
         "DROP INDEX IF EXISTS run_nodes_progress",
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS "
+        "over_budget INTEGER NOT NULL DEFAULT 0",
     )
 
     def insert_run(self, run_id: str, e: Run.Started, tracking: Tracking) -> None:
@@ -227,17 +247,31 @@ class RunsTables(RunsView, SQLTables):
                 "WHERE id = ?",
                 (1 if paused else -1, at, run_id),
             )
+            self._status(cursor, run_id)
+
+    def over_budget(self, run_id: str, over: bool, at: str, tracking: Tracking) -> None:
+        with self.changes(tracking) as cursor:
             cursor.execute(
-                "UPDATE runs SET status = CASE WHEN paused_count > 0 AND "
-                "stop_scope = ? THEN ? ELSE ? END WHERE id = ? AND status != ?",
-                (
-                    StopScope.RUN.value,
-                    RunStatus.PAUSED,
-                    RunStatus.RUNNING,
-                    run_id,
-                    RunStatus.COMPLETED,
-                ),
+                "UPDATE runs SET over_budget = ?, updated_at = ? WHERE id = ?",
+                (int(over), at, run_id),
             )
+            self._status(cursor, run_id)
+
+    @staticmethod
+    def _status(cursor: Any, run_id: str) -> None:
+        """The run's status as its aggregate has it: paused while its tasks'
+        stops hold it (scope ``run``) or its budget is spent."""
+        cursor.execute(
+            "UPDATE runs SET status = CASE WHEN over_budget = 1 OR (paused_count "
+            "> 0 AND stop_scope = ?) THEN ? ELSE ? END WHERE id = ? AND status != ?",
+            (
+                StopScope.RUN.value,
+                RunStatus.PAUSED,
+                RunStatus.RUNNING,
+                run_id,
+                RunStatus.COMPLETED,
+            ),
+        )
 
     def complete(self, run_id: str, at: str, tracking: Tracking) -> None:
         with self.changes(tracking) as cursor:
@@ -266,8 +300,8 @@ class RunsTables(RunsView, SQLTables):
         dag = kept.get(run_id)
         queries = [
             (
-                "SELECT status, updated_at, stop_scope, started_at FROM runs "
-                "WHERE id = ?",
+                "SELECT status, updated_at, stop_scope, started_at, over_budget "
+                "FROM runs WHERE id = ?",
                 (run_id,),
             ),
             (
@@ -315,7 +349,7 @@ class RunsTables(RunsView, SQLTables):
         started.sort()
         settled.sort()
         paused.sort()
-        status, updated_at, stop_scope, started_at = runs[0]
+        status, updated_at, stop_scope, started_at, over_budget = runs[0]
         return RunState(
             run_id=run_id,
             status=status,
@@ -329,6 +363,7 @@ class RunsTables(RunsView, SQLTables):
             updated_at=updated_at,
             stop_scope=stop_scope,
             started_at=started_at,
+            over_budget=bool(over_budget),
         )
 
 

@@ -61,6 +61,18 @@ def _policy(base: Policy, changes: dict[str, object]) -> Policy:
     ranges=False,
 )
 @field_option("--stuck-detection", command="what_if", field="policy.stuck_detection")
+@field_option(
+    "--task-budget-usd",
+    command="what_if",
+    field="policy.task_budget_usd",
+    ranges=False,
+)
+@field_option(
+    "--task-budget-tokens",
+    command="what_if",
+    field="policy.task_budget_tokens",
+    ranges=False,
+)
 @click.option(
     "--task",
     "task_ids",
@@ -78,6 +90,8 @@ def what_if(
     handoff_threshold: int | None,
     hitl_entropy_threshold: float | None,
     stuck_detection: str | None,
+    task_budget_usd: float | None,
+    task_budget_tokens: int | None,
     task_ids: Sequence[str],
     run_id: str | None,
     as_json: bool,
@@ -86,7 +100,7 @@ def what_if(
 
     Thresholds not given keep the policy in force (the environment's). Shows,
     per task, where the ladder would have gone otherwise, and the totals
-    beside the recorded ones.
+    beside the recorded ones; with a budget, what it would have saved.
     """
     policy = _policy(
         ctx.app.policy,
@@ -95,6 +109,8 @@ def what_if(
             "handoff_threshold": handoff_threshold,
             "hitl_entropy_threshold": hitl_entropy_threshold,
             "stuck_detection": stuck_detection,
+            "task_budget_usd": task_budget_usd,
+            "task_budget_tokens": task_budget_tokens,
         },
     )
     report = ctx.app.what_if(policy, task_ids=list(task_ids) or None, run_id=run_id)
@@ -106,11 +122,16 @@ def what_if(
 
 def describe_what_if(report: WhatIfReport) -> str:
     policy = report.policy
+    budgets = [
+        f"USD {policy.task_budget_usd:g}" if policy.task_budget_usd else "",
+        f"{policy.task_budget_tokens:,} tokens" if policy.task_budget_tokens else "",
+    ]
+    budget = " and ".join(b for b in budgets if b)
     lines = [
         f"what if: escalate at {policy.escalation_threshold}, hand off at "
         f"{policy.handoff_threshold}, entropy limit "
         f"{policy.hitl_entropy_threshold:g}, stuck detection "
-        f"{policy.stuck_detection}",
+        f"{policy.stuck_detection}" + (f", a task's budget {budget}" if budget else ""),
         f"{report.tasks} task(s), {report.events} event(s) re-decided; "
         f"{len(report.changed)} would have gone otherwise",
         "",
@@ -128,6 +149,12 @@ def describe_what_if(report: WhatIfReport) -> str:
         f"(assumed answered at once: {report.assumed_resumes}; recorded human "
         f"actions with nothing to answer: {report.dropped_human_actions})"
     )
+    if report.saved.tokens or report.saved.spent_usd:
+        lines.append(
+            f"would have saved USD {report.saved.spent_usd:.4f} and "
+            f"{report.saved.tokens:,} tokens (the usage recorded after budget "
+            "stops nobody's raise answered)"
+        )
     for task in report.changed:
         lines.append(f"{task.task_id}:")
         lines.extend(f"  - {change}" for change in task.changes)

@@ -19,10 +19,12 @@ from devs.adapters.cli.base import (
     acted,
     cli,
     default_actor,
+    emit_json,
     field_option,
     handles_errors,
     json_option,
     pass_context,
+    plain,
     shortened,
     show_rows,
     task_argument,
@@ -103,7 +105,13 @@ def resume(
 
 
 @cli.command()
-@task_argument()
+@task_argument(required=False, default=None)
+@click.option(
+    "--run",
+    "run_id",
+    default=None,
+    help="Set this run's budget (--usd: every task of it together) instead.",
+)
 @field_option("--usd", command="raise_budget", field="usd", ranges=False)
 @field_option("--tokens", command="raise_budget", field="tokens", ranges=False)
 @answer_options("raise_budget")
@@ -112,7 +120,8 @@ def resume(
 @handles_errors
 def budget(
     ctx: Context,
-    task_id: str,
+    task_id: str | None,
+    run_id: str | None,
     usd: float | None,
     tokens: int | None,
     reason: str,
@@ -120,10 +129,29 @@ def budget(
     if_version: int | None,
     as_json: bool,
 ) -> None:
-    """Set TASK_ID's budget (--usd, --tokens or both) above what it spent.
+    """Set TASK_ID's budget (--usd, --tokens or both) above what it spent,
+    or with --run RUN the run's (--usd) above what its tasks spent.
 
-    A task its budget stopped may then be resumed (`devs resume TASK`).
+    A task a budget stopped may then be resumed (`devs resume TASK`).
     """
+    if (task_id is None) == (run_id is None):
+        msg = "give a TASK_ID or --run RUN (one of them)"
+        raise click.UsageError(msg)
+    if run_id is not None:
+        if usd is None or tokens is not None or if_version is not None:
+            msg = "a run's budget is --usd alone (no --tokens, no --if-version)"
+            raise click.UsageError(msg)
+        state = ctx.app.raise_run_budget(run_id, usd=usd, actor=actor, reason=reason)
+        if as_json:
+            emit_json(state)
+            return
+        spent = ctx.app.run_spend(run_id)
+        plain(
+            f"run {run_id}: USD {spent.spent_usd:.4f} of {usd:g} spent: budget set "
+            f"by {actor} ({state.status}); resume each task it stopped"
+        )
+        return
+    assert task_id is not None
     result = ctx.app.raise_budget(
         task_id,
         usd=usd,

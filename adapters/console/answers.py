@@ -1,12 +1,14 @@
 """Answers: the forms an operator sends for a stopped task (``POST
 /console/actions/ACTION``), each recorded with the signed-in operator as
-its actor and the task's version the page was drawn for; the answers that
-end a task or move its run ask to confirm first; a refused one says why
-and draws the form again as the task is now."""
+its actor and the task's version the page was drawn for (a raise of a
+budget paused task's budget too); the answers that end a task or move its
+run ask to confirm first; a refused one says why and draws the form again
+as the task is now."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
@@ -32,14 +34,23 @@ from devs.adapters.console.pages import (
     to_login,
 )
 from devs.adapters.console.sessions import operator_of
-from devs.domain import DevsError, RecoveryService, TaskSummary
+from devs.domain import DevsError, InvalidInput, RecoveryService, TaskSummary
 from devs.domain.errors import Claimed, StaleAnswer
 from devs.domain.output import shown as bidi_shown
 from devs.domain.redaction import excerpt
 
 router = APIRouter(route_class=ConsoleRoute)
 
-ACTIONS = ("resume", "rewind", "skip", "resolve", "claim", "release", "take_over")
+ACTIONS = (
+    "resume",
+    "rewind",
+    "skip",
+    "resolve",
+    "claim",
+    "release",
+    "take_over",
+    "raise_budget",
+)
 """Every answer a console form sends (``POST /console/actions/ACTION``)."""
 NEEDS_REASON = {
     "rewind": "rewind it",
@@ -79,6 +90,53 @@ def _consequence(action: str, fields: dict[str, str], task: TaskSummary | None) 
         f"The task goes back to {agent}, which failed it {failures} times in a "
         "row: it runs again."
     )
+
+
+Budget = tuple[float | None, int | None]
+"""A raise's new budgets: in USD, in tokens (``None``: left as it is)."""
+
+
+def _budget_of(fields: dict[str, str]) -> Budget:
+    """The budgets a raise's form gives (``usd``, ``tokens``: ``$2.50``,
+    ``1,000,000``), or :class:`InvalidInput` saying what to write; their
+    ranges, and that each is above what the task spent, are the service's
+    to check."""
+    usd_text = fields.get("usd", "").strip()
+    if usd_text[:3].upper() == "USD":
+        usd_text = usd_text[3:]
+    usd_text = usd_text.strip().removeprefix("$").replace(",", "").replace("_", "")
+    token_text = "".join(fields.get("tokens", "").split())
+    token_text = token_text.replace(",", "").replace("_", "")
+    if not usd_text and not token_text:
+        msg = (
+            "Write the new budget: in USD, in tokens or both, above what the "
+            "task has spent. Nothing was done."
+        )
+        raise InvalidInput(msg)
+    usd = None
+    if usd_text:
+        try:
+            usd = float(usd_text) if len(usd_text) <= 40 else math.nan
+        except ValueError:
+            usd = math.nan
+        if not math.isfinite(usd):
+            msg = (
+                "Write the budget in USD as a number, such as 5 or 2.50. "
+                "Nothing was done."
+            )
+            raise InvalidInput(msg)
+    tokens = None
+    if token_text:
+        if not (
+            token_text.isascii() and token_text.isdigit() and len(token_text) <= 18
+        ):
+            msg = (
+                "Write the budget in tokens as a whole number, such as 2000000. "
+                "Nothing was done."
+            )
+            raise InvalidInput(msg)
+        tokens = int(token_text)
+    return usd, tokens
 
 
 def _stale_message(service: RecoveryService, error: StaleAnswer, task_id: str) -> str:
@@ -169,8 +227,10 @@ def _calls(
     said: str,
     version: int,
     fields: dict[str, str],
+    budget: Budget = (None, None),
 ) -> Callable[[], Any]:
     """The service's command for ``action``, to run on the app's writer."""
+    usd, tokens = budget
     calls: dict[str, Callable[[], Any]] = {
         "resume": lambda: service.resume(
             task_id, actor=operator, reason=said, if_version=version
@@ -194,6 +254,14 @@ def _calls(
             task_id,
             actor=operator,
             resolution=fields.get("resolution", ""),  # type: ignore[arg-type]
+            reason=said,
+            if_version=version,
+        ),
+        "raise_budget": lambda: service.raise_budget(
+            task_id,
+            usd=usd,
+            tokens=tokens,
+            actor=operator,
             reason=said,
             if_version=version,
         ),
@@ -243,6 +311,12 @@ async def act(request: Request, action: str, console: AppConsole) -> Response:
         )
         message = await in_thread(lambda: _stale_message(service, stale, task_id))
         return await again(412, message)
+    budget: Budget = (None, None)
+    if action == "raise_budget":
+        try:
+            budget = _budget_of(fields)
+        except InvalidInput as error:
+            return await again(422, str(error))
     if action in NEEDS_REASON and not reason:
         return await again(
             422, f"Write why you {NEEDS_REASON[action]}: the reason is recorded."
@@ -269,7 +343,7 @@ async def act(request: Request, action: str, console: AppConsole) -> Response:
     said = reason or "(no reason given)"
     try:
         await console.writer.run(
-            _calls(service, action, task_id, operator, said, version, fields)
+            _calls(service, action, task_id, operator, said, version, fields, budget)
         )
     except Claimed as error:
         return await again(409, _claimed_message(error.claimed_by))

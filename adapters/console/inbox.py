@@ -35,6 +35,7 @@ from devs.domain import (
     NotFound,
     PendingSession,
     RecoveryService,
+    Spend,
     TaskSummary,
 )
 from devs.domain.names import HUMAN_DEADLINE, SessionReason
@@ -89,6 +90,11 @@ class Item:
     exit_code: int | None = None
     strategies: list[str] = field(default_factory=list)
     """Every strategy its failures name, each once, in the order first tried."""
+    spend: Spend | None = None
+    """A budget pause's spend and budgets when it stopped."""
+    raised: Spend | None = None
+    """The task's spend and budgets now, when a person raised a budget
+    since the stop (then resuming it is allowed)."""
 
     @property
     def agent(self) -> str | None:
@@ -127,6 +133,27 @@ def _failures(
     if entry is not None:
         return entry.payload.failure_history
     return ()
+
+
+def _budget(
+    session: PendingSession, task: TaskSummary | None
+) -> tuple[Spend | None, Spend | None]:
+    """A budget pause's spend when it stopped (its session's), and the
+    task's spend now if a budget was raised since."""
+    pending = task.pending_session if task is not None else None
+    if (
+        session.reason is not SessionReason.BUDGET_EXHAUSTED
+        or pending is None
+        or pending.session_id != session.session_id
+    ):
+        return None, None
+    stopped = pending.spend
+    now = task.spend if task is not None else None
+    if stopped is None or now is None or getattr(stopped, "scope", None) == "run":
+        return stopped, None  # a run's budget is raised on the run
+    budgets = (now.budget_usd, now.budget_tokens)
+    raised = budgets != (stopped.budget_usd, stopped.budget_tokens)
+    return stopped, now if raised else None
 
 
 def _strategies(failures: tuple[FailureRecord, ...]) -> list[str]:
@@ -207,6 +234,7 @@ def inbox_items(
         }
         if session:
             why, kind = _why(entry, task)
+            spend, raised = _budget(entry, task)
             item = Item(
                 kind="session",
                 why=why,
@@ -216,6 +244,8 @@ def inbox_items(
                 last_error=last.last_error if last is not None else "",
                 entropy=entry.entropy_score,
                 deadline=entry.deadline_at,
+                spend=spend,
+                raised=raised,
                 **common,
             )
         else:

@@ -42,7 +42,8 @@ SESSION_SECONDS = 12 * 3600
 """How long a console session lasts before signing in again (12 hours)."""
 FORM_MAX = 16 * 1024
 """Bytes a console form may send (its fields are a token, a task id, a
-commit, a resolution and a reason); a larger body is refused unread."""
+commit, a resolution, a budget and a reason); a larger body is refused
+unread."""
 TEXT_SHOWN = 2_000
 """Characters of an error, an output or a strategy a page shows at most."""
 CSP = (
@@ -123,6 +124,29 @@ templates.filters["iso"] = lambda moment: moment.astimezone(UTC).isoformat()
 templates.filters["waited"] = lambda moment: _waited(moment, datetime.now(UTC))
 
 
+def _amount(value: float) -> str:
+    """A budget in USD as a person writes it: ``2.5``, ``1,000``,
+    ``0.000001`` (at most six decimals, no trailing zeros)."""
+    return f"{value:,.6f}".rstrip("0").rstrip(".")
+
+
+def _share(spent: float, budget: float | None) -> str:
+    """How much of a budget is spent: `` (85%)``, `` (105%, over budget)``;
+    nothing without a budget."""
+    if budget is None or budget <= 0:
+        return ""
+    percent = f"{int(spent / budget * 100):,}%"  # 99.9% is 99%: not yet spent
+    return f" ({percent}, over budget)" if spent >= budget else f" ({percent})"
+
+
+# Spend, as `devs spend` writes it: USD to four decimals, a budget as
+# written, token counts with thousands separators.
+templates.filters["usd"] = lambda value: f"{value:,.4f}"
+templates.filters["amount"] = _amount
+templates.filters["grouped"] = lambda value: f"{value:,}"
+templates.filters["share"] = _share
+
+
 # ------------------------------------------------------------ the app's state
 
 
@@ -183,6 +207,9 @@ DONE = {
     "release": "You released {task}: anyone may answer it now.",
     "take_over": "You took {task} over: it is yours to answer.",
     "resolve": "You resolved {task}: {resolution}.",
+    "raise_budget": (
+        "You raised the budget of {task}: resume it to let its agent go on."
+    ),
 }
 RESOLUTION_WORDS = {
     "complete": "completed by hand",

@@ -1,6 +1,6 @@
 """The runs: every run and how far its nodes are (``GET /console/runs``),
-one run's DAG (``GET /console/runs/ID``), and the metrics page's charts
-(``GET /console/metrics``)."""
+one run's DAG and spend (``GET /console/runs/ID``), and the metrics page's
+charts (``GET /console/metrics``)."""
 
 from __future__ import annotations
 
@@ -102,6 +102,7 @@ async def run_page(request: Request, run_id: str, console: AppConsole) -> Respon
         return to_login(request)
     service = console.service_of()
     run = await in_thread(lambda: service.run_state(run_id))
+    spend = await in_thread(lambda: service.run_spend(run_id))
     return page(
         request,
         "run.html",
@@ -109,6 +110,7 @@ async def run_page(request: Request, run_id: str, console: AppConsole) -> Respon
         operator=operator,
         run=run,
         dag=Markup(dag_svg(run)),
+        spend=spend,
     )
 
 

@@ -1,5 +1,6 @@
-"""A task's page: its state chart, failure report, history, lessons and,
-when it waits for a person, its answer form (``GET /console/tasks/ID``)."""
+"""A task's page: its state chart, failure report, history, lessons, its
+spend when it has usage or a budget and, when it waits for a person, its
+answer form (``GET /console/tasks/ID``)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ async def task_page(request: Request, task_id: str, console: AppConsole) -> Resp
             "lessons": service.lessons(task_id),
             "chart": Markup(state_chart_svg(task.state)),
             "item": item_of(service, task),
+            # Only a task with usage or a budget shows its spend.
+            "spend": service.task_spend(task_id) if task.spend else None,
         }
 
     context = await in_thread(read)  # an unknown task: ConsoleRoute's 404

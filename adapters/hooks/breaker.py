@@ -28,7 +28,14 @@ import orjson
 
 from devs.adapters.gate_run import command_line
 from devs.adapters.hooks import variables
-from devs.adapters.hooks.usage import CURSORS_MAX, Cursor, Reader, moved, read_session
+from devs.adapters.hooks.usage import (
+    CURSORS_MAX,
+    UNKNOWN_MODEL,
+    Cursor,
+    Reader,
+    moved,
+    read_session,
+)
 from devs.domain import blacklist
 from devs.domain.chart import FINISHED, WAITING, WORKING, TaskState
 from devs.domain.decisions import Outcome, TaskSummary
@@ -38,7 +45,7 @@ from devs.domain.output import error_line as the_error_line
 from devs.domain.output import shown as the_error_line_shown
 from devs.domain.redaction import redact
 from devs.domain.service import RecoveryApi
-from devs.domain.task import Spend
+from devs.domain.spend import Spend
 from devs.domain.values import ID_MAX, LINK_MAX, STRATEGY_MAX
 
 TASK_ENV = "DEVS_TASK_ID"
@@ -495,6 +502,10 @@ class HookRecord:
     warning: str | None = None
     """A budget warning not yet said to the agent (said with the next
     answer that can carry it)."""
+    unsent: list[Unsent] = field(default_factory=list)
+    """Usage read (the cursors moved past it) and not yet recorded: sent
+    first by the next call, under the same ``usage_id`` (one a failed call
+    did record counts once)."""
 
     def dump(self) -> bytes:
         return orjson.dumps(
@@ -506,6 +517,7 @@ class HookRecord:
                 "refused": self.refused,
                 "usage": {key: c.dump() for key, c in self.usage.items()},
                 "warning": self.warning,
+                "unsent": [list(u) for u in self.unsent],
             }
         )
 
@@ -519,6 +531,7 @@ class HookRecord:
             blocked = data.get("stop_blocked")
             refused = int(data.get("refused", 0))
             warning = data.get("warning")
+            unsent = [_unsent(raw) for raw in (data.get("unsent") or [])[:UNSENT_MAX]]
             cursors = data.get("usage") or {}
             usage = {
                 str(key): Cursor.load(raw)
@@ -534,7 +547,34 @@ class HookRecord:
             refused=min(max(0, refused), len(changes)),
             usage=usage,
             warning=str(warning)[: ERROR_LINE_MAX * 2] if warning else None,
+            unsent=[u for u in unsent if u is not None],
         )
+
+
+Unsent = tuple[str, str, int, int, int, int, str]
+"""A usage read and not yet recorded: task id, model, the four token counts
+(input, output, cache reads, cache writes), usage id."""
+UNSENT_MAX = 500
+
+
+def _unsent(raw: Any) -> Unsent | None:
+    """An unsent usage from the state file (``None``: damaged)."""
+    try:
+        task_id, model, a, b, c, d, usage_id = raw
+        counts = [int(x) for x in (a, b, c, d)]
+    except (TypeError, ValueError):
+        return None
+    if not all(0 <= x <= 10**12 for x in counts):
+        return None
+    return (
+        str(task_id)[:ID_MAX],
+        str(model)[:ID_MAX],
+        counts[0],
+        counts[1],
+        counts[2],
+        counts[3],
+        str(usage_id)[:ID_MAX],
+    )
 
 
 class HookState:
@@ -549,6 +589,8 @@ class HookState:
         key = hashlib.sha256(f"{store}\0{base}".encode()).hexdigest()[:32]
         self.directory = directory
         self.path = directory / f"{key}.json"
+        self._written: bytes | None = None
+        """The record as the file holds it (while the lock is held)."""
 
     @contextlib.contextmanager
     def open(self) -> Iterator[HookRecord]:
@@ -563,18 +605,25 @@ class HookState:
             except FileNotFoundError:
                 raw = b"{}"
             record = HookRecord.load(raw)
-            before = record.dump()
+            self._written = record.dump()
             yield record
-            after = record.dump()
-            if after != before:
-                handle, temporary = tempfile.mkstemp(
-                    dir=self.directory, prefix=".hook-", suffix=".tmp"
-                )
-                with os.fdopen(handle, "wb") as file:
-                    file.write(after)
-                os.replace(temporary, self.path)
+            self.save(record)
         finally:
             os.close(fd)  # releases the lock
+
+    def save(self, record: HookRecord) -> None:
+        """Write the record now (inside :meth:`open`'s block, the lock held):
+        what a call must not lose if it fails after this point."""
+        after = record.dump()
+        if after == self._written:
+            return
+        handle, temporary = tempfile.mkstemp(
+            dir=self.directory, prefix=".hook-", suffix=".tmp"
+        )
+        with os.fdopen(handle, "wb") as file:
+            file.write(after)
+        os.replace(temporary, self.path)
+        self._written = after
 
     def peek(self) -> HookRecord:
         """The record as it is, unlocked (to answer when the store fails)."""
@@ -733,6 +782,11 @@ def stop_reason(summary: TaskSummary, cli: str = "devs") -> str:
     policy = summary.policy
     count = summary.consecutive_failures
     session = summary.pending_session
+    run_stop = (
+        session is not None
+        and session.spend is not None
+        and session.spend.scope == "run"
+    )
     if summary.state is TaskState.HAND_OFF:
         what = (
             f"handed off to a human after {count} failures "
@@ -746,10 +800,11 @@ def stop_reason(summary: TaskSummary, cli: str = "devs") -> str:
         if session is not None and session.reason is SessionReason.BLACKLISTED_STRATEGY:
             what = "paused: the agent tried again a strategy that already failed"
         elif session is not None and session.reason is SessionReason.BUDGET_EXHAUSTED:
-            spend = summary.spend or session.spend
+            spend = session.spend if run_stop else (summary.spend or session.spend)
+            whose = f"its run {summary.run_id}'s tasks" if run_stop else "it"
             what = (
-                f"budget pause: USD {spend.spent_usd:.4f} and {spend.tokens:,} "
-                "tokens spent, the budget reached"
+                f"budget pause: {whose} spent USD {spend.spent_usd:.4f} and "
+                f"{spend.tokens:,} tokens, the budget reached"
                 if spend is not None
                 else "budget pause: the budget is spent"
             )
@@ -767,7 +822,13 @@ def stop_reason(summary: TaskSummary, cli: str = "devs") -> str:
                 f"(escalation threshold {policy.escalation_threshold})"
             )
         how = f"{cli} resume {task} --actor NAME --reason WHY"
-        if session is not None and session.reason is SessionReason.BUDGET_EXHAUSTED:
+        if run_stop:
+            run = shlex.quote(summary.run_id or "")
+            how = (
+                f"{cli} budget --run {run} --usd N --actor NAME --reason WHY, "
+                f"then {how}"
+            )
+        elif session is not None and session.reason is SessionReason.BUDGET_EXHAUSTED:
             how = f"{cli} budget {task} --usd N --actor NAME --reason WHY, then {how}"
     gates = [f for f in summary.failure_history if f.kind == "gate"]
     recorded = gates or list(summary.failure_history)
@@ -961,6 +1022,7 @@ class Breaker:
         a task finished, before the next one starts, are the finished one's
         (a finished task takes usage, and is stopped by none)."""
         assert self.usage is not None
+        sent = self._send(record) if record.unsent else None  # a failed call's
         forgotten = not record.usage  # a first call, or a lost state file
         read_now = read_session(self.usage, session_file, record.usage)
         found = [
@@ -971,41 +1033,76 @@ class Breaker:
         ]
         if not found:
             moved(record.usage, read_now)
-            return None
+            return sent
         _, summary = self._current(record)
         if summary is None and record.generation > 1:
             # Between two tasks of the series (the last one finished, the
             # next not started): the calls made since are the last one's.
             summary = self._known(generation_id(self.base, record.generation - 1))
         if summary is None:
-            return None  # counted once the series' first task starts
+            return sent  # counted once the series' first task starts
         if forgotten and summary.spend is not None and summary.spend.tokens:
             # The task has usage but this state file read none: it was lost.
             # What the files hold was counted before (up to the last call):
             # read on from their ends, never twice.
             moved(record.usage, read_now)
-            return None
-        paused = False
-        warning: str | None = None
-        for where, model, tokens in found:
-            try:
-                decision = self.api.record_usage(
-                    summary.task_id,
-                    model=model,
-                    input_tokens=tokens.input_tokens,
-                    output_tokens=tokens.output_tokens,
-                    cache_read_tokens=tokens.cache_read_tokens,
-                    cache_creation_tokens=tokens.cache_creation_tokens,
-                    usage_id=where.usage_id(model),
-                )
-            except InvalidInput:
-                continue  # a model name the service refuses: not a usage
-            paused = paused or decision.triggered
-            if decision.warned:
-                warning = budget_warning(summary.task_id, decision.spend)
+            return sent
+        # The cursors move past what was read, and what it holds is kept
+        # unsent, both written before anything is sent: a call that fails
+        # midway leaves the next to send the rest, under the same ids.
         moved(record.usage, read_now)
-        if paused:
-            self._remember(record, self.api.task(summary.task_id))
+        record.unsent = [
+            *record.unsent,
+            *(
+                (
+                    summary.task_id,
+                    model,
+                    tokens.input_tokens,
+                    tokens.output_tokens,
+                    tokens.cache_read_tokens,
+                    tokens.cache_creation_tokens,
+                    where.usage_id(model),
+                )
+                for where, model, tokens in found
+            ),
+        ][-UNSENT_MAX:]
+        self.state.save(record)
+        return self._send(record) or sent
+
+    def _send(self, record: HookRecord) -> str | None:
+        """Record the usage read and not yet recorded: ``"paused"`` when it
+        spent a budget, the warning when it crossed a warning fraction. A
+        model name the service refuses (a control character…) is counted as
+        ``unknown``: its tokens still count."""
+        paused: str | None = None
+        warning: str | None = None
+        while record.unsent:
+            task_id, model, a, b, c, d, usage_id = record.unsent[0]
+            for name in dict.fromkeys((model, UNKNOWN_MODEL)):
+                try:
+                    decision = self.api.record_usage(
+                        task_id,
+                        model=name,
+                        input_tokens=a,
+                        output_tokens=b,
+                        cache_read_tokens=c,
+                        cache_creation_tokens=d,
+                        usage_id=usage_id,
+                    )
+                except InvalidInput as error:
+                    if error.field == "model" and name != UNKNOWN_MODEL:
+                        continue
+                    break  # not a usage the service counts
+                except NotFound:
+                    break  # its task is gone (another store): dropped
+                if decision.triggered:
+                    paused = task_id
+                if decision.warned:
+                    warning = budget_warning(task_id, decision.spend)
+                break
+            record.unsent.pop(0)
+        if paused is not None:
+            self._remember(record, self.api.task(paused))
             return "paused"
         return warning
 

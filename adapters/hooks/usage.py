@@ -32,7 +32,8 @@ from typing import Any, Protocol
 import orjson
 
 READ_MAX = 256 * 1024 * 1024
-"""Bytes read from one file in one call (the rest waits for the next)."""
+"""Bytes read in one call, every file of the session together (the rest
+waits for the next call)."""
 CHUNK = 8 * 1024 * 1024
 """Bytes read at a time."""
 SUBAGENT_FILES_MAX = 1_000
@@ -214,6 +215,8 @@ def _nested(folder: Path, suffix: str = ".jsonl", depth: int = 2) -> list[Path]:
     names end with ``suffix``, by path, at most :data:`SUBAGENT_FILES_MAX`;
     symlinks are not followed."""
     found: list[Path] = []
+    if folder.is_symlink():
+        return found  # the agent's own folder, not one it links elsewhere
     folders = [(folder, depth)]
     while folders and len(found) < SUBAGENT_FILES_MAX:
         where, left = folders.pop(0)
@@ -471,7 +474,9 @@ class CopilotEvents:
 # ------------------------------------------------------------ reading
 
 
-def read(reader: Reader, path: Path, cursor: Cursor) -> Found | None:
+def read(
+    reader: Reader, path: Path, cursor: Cursor, limit: int = READ_MAX
+) -> Found | None:
     """What ``path`` holds past ``cursor`` (whole lines, at most
     :data:`READ_MAX` bytes), the cursor moved past it; ``None`` when the
     file cannot be read as a regular file (nothing moves). Linear in the
@@ -499,7 +504,7 @@ def read(reader: Reader, path: Path, cursor: Cursor) -> Found | None:
         position = start  # the first byte not yet taken as whole lines
         pieces: list[bytes] = []
         pending = 0
-        budget = min(READ_MAX, status.st_size - start)
+        budget = min(limit, status.st_size - start)
         while budget > 0:
             chunk = file.read(min(CHUNK, budget))
             if not chunk:
@@ -548,13 +553,17 @@ def read_session(
     start, for a file not seen before): its key, its cursor moved past what
     was read (``cursors`` is left as it is), and what it held."""
     read_now: list[tuple[str, Cursor, Found]] = []
+    left = READ_MAX
     for path in reader.files(session_file):
+        if left <= 0:
+            break  # the others' turn comes with the next call
         key = str(path)
         known = cursors.get(key)
         cursor = dataclasses.replace(known) if known is not None else Cursor()
-        found = read(reader, path, cursor)
+        found = read(reader, path, cursor, left)
         if found is not None:
             read_now.append((key, cursor, found))
+            left -= found.end - found.start
     return read_now
 
 

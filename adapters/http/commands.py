@@ -22,6 +22,7 @@ from devs.adapters.http.contract import (
     Body,
     IfMatchHeader,
     KeyHeader,
+    RunPath,
     TaskPath,
     if_version,
 )
@@ -52,17 +53,22 @@ def command_route(
     # redacted, once.
     call = unchecked(getattr(RecoveryService, command))
     in_path = "{task_id}" in path
+    run_in_path = "{run_id}" in path
+    versioned = "if_version" in COMMANDS[command].model_fields
 
     async def endpoint(
         served: Any,
         body: Body,
         task_id: str | None = None,
+        run_id: str | None = None,
         request: Request | None = None,
         key: str | None = None,
         if_match: str | None = None,
     ) -> Response:
-        where = path.format(task_id=task_id) if in_path else path
+        where = path.format(task_id=task_id, run_id=run_id)
         given: dict[str, Any] = {"task_id": task_id} if in_path else {}
+        if run_in_path:
+            given["run_id"] = run_id
         if not human:
             return await served.command(  # type: ignore[no-any-return]
                 status,
@@ -73,7 +79,7 @@ def command_route(
             )
         assert request is not None  # FastAPI gives it to a human answer's route
         operator = _operator(request)
-        version = if_version(if_match)
+        version = if_version(if_match) if versioned else None
         # The request an Idempotency-Key names is the path with the body, not
         # the If-Match: a retry of an answer that was recorded answers as the
         # first time, though the task has moved on since (by that answer).
@@ -101,9 +107,11 @@ def command_route(
         parameters.append(Parameter("request", keyword, annotation=Request))
     if in_path:
         parameters.append(Parameter("task_id", keyword, annotation=TaskPath))
+    if run_in_path:
+        parameters.append(Parameter("run_id", keyword, annotation=RunPath))
     parameters.append(Parameter("body", keyword, annotation=body))
     parameters.append(Parameter("key", keyword, annotation=KeyHeader, default=None))
-    if human:
+    if human and versioned:
         parameters.append(
             Parameter("if_match", keyword, annotation=IfMatchHeader, default=None)
         )

@@ -29,6 +29,7 @@ from devs.domain.arguments import (
     Claim,
     LogLesson,
     RaiseBudget,
+    RaiseRunBudget,
     RecordGate,
     RecordUsage,
     ReportEntropy,
@@ -324,6 +325,7 @@ if TYPE_CHECKING:  # derived at import: to mypy, each is a Body
     LessonBody = Body
     UsageBody = Body
     BudgetBody = Body
+    RunBudgetBody = Body
     ActionBody = Body
     RewindBody = Body
     ClaimBody = Body
@@ -360,6 +362,9 @@ else:
     UsageBody = derived(RecordUsage, "UsageBody")
     _ANSWER = {"actor": (Actor | None, ActorField), "reason": (Reason, ReasonField)}
     BudgetBody = derived(RaiseBudget, "BudgetBody", **_ANSWER)
+    RunBudgetBody = derived(
+        RaiseRunBudget, "RunBudgetBody", path=("run_id",), **_ANSWER
+    )
     ActionBody = derived(Resume, "ActionBody", **_ANSWER)
     RewindBody = derived(Rewind, "RewindBody", **_ANSWER)
     ClaimBody = derived(Claim, "ClaimBody", actor=_ANSWER["actor"])
@@ -478,7 +483,9 @@ def answers(
     if method == "POST" and path not in ("/what-if",):
         statuses |= {409, 422}
     if tag == "humans" and method == "POST":
-        statuses |= {403, 412}
+        statuses.add(403)
+        if "{task_id}" in path:  # a task's answer may say its version
+            statuses.add(412)
     if queries and method == "GET":
         statuses |= {409, 504}  # a position past the log's end; a wait ran out
     if path == "/healthz":

@@ -224,7 +224,11 @@ def why(message: OutboxMessage) -> str:
             return f"looked stuck (entropy {score:.2f})"
         return "looked stuck"
     if reason == SessionReason.BUDGET_EXHAUSTED:
-        spent = _spent(data.get("spend"))
+        spend = data.get("spend")
+        spent = _spent(spend)
+        if isinstance(spend, dict) and spend.get("scope") == "run":
+            spent = spent.replace("of its", "of its run's")
+            return f"its run spent {spent}" if spent else "its run spent its budget"
         return f"spent {spent}" if spent else "spent its budget"
     if reason == BUDGET_WARNED:
         return _spent(data.get("spend"))

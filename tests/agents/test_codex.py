@@ -182,10 +182,16 @@ def test_a_budget_spent_refuses_every_tool_until_a_person_raises_it(
         run_codex(project.repo, "Go on.", project.home, env=budget, resume=True)
     assert project.task().state is TaskState.COMPLETED
     report = json.loads(project.devs("spend", project.task_id, "--json").stdout)
-    # Each response once: 100 in (none cached) and 10 out.
-    responses = report["output_tokens"] // 10
-    assert responses >= 3
-    assert (report["input_tokens"], report["cache_read_tokens"]) == (
-        100 * responses,
-        0,
+    # Each response of the rollouts once: 100 tokens in (none cached), 10 out.
+    responses = {
+        json.loads(line)["payload"]["response_id"]
+        for rollout in (project.home / ".codex" / "sessions").rglob("*.jsonl")
+        for line in rollout.read_text().splitlines()
+        if '"token_usage_record"' in line
+    }
+    assert len(responses) >= 3
+    assert (report["input_tokens"], report["output_tokens"]) == (
+        100 * len(responses),
+        10 * len(responses),
     )
+    assert report["cache_read_tokens"] == 0

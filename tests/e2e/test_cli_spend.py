@@ -5,6 +5,8 @@ raises it (exit 8), and a bad count is one line and exit 6."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.e2e.test_cli import (
     BAD_INPUT,
     OK,
@@ -58,3 +60,29 @@ def test_a_bad_count_is_refused_in_one_line(devs: Devs) -> None:
     )  # fmt: skip
     assert_one_line_error(blank, "model must not be empty")
     assert event_count(devs.db) == before
+
+
+def test_a_runs_budget_stops_its_tasks_until_a_person_raises_it(
+    devs: Devs, tmp_path: Path
+) -> None:
+    dag = tmp_path / "dag.json"
+    dag.write_text('{"a": [], "b": []}')
+    devs("run", "start", "r", "--dag", str(dag), env={"DEVS_RUN_BUDGET_USD": "1"})
+    devs("task", "start", "a", "--run", "r")
+    devs("task", "start", "b", "--run", "r")
+    devs("usage", "a", *CALL, "--input", "200000")
+    stopped = devs("usage", "b", *CALL, "--input", "200000", code=PAUSED)
+    assert "budget spent: paused for a human (PAUSED)" in stopped.stdout
+    assert devs.json("task", "show", "a")["state"] == "PAUSED"
+    refused = devs("resume", "a", "--reason", "go", code=REFUSED)
+    assert_one_line_error(refused, "raise the run's budget first (`devs budget --run r")
+    both = devs("budget", "a", "--run", "r", "--usd", "2", code=USAGE)
+    assert "give a TASK_ID or --run RUN (one of them)" in both.stderr
+    tokens = devs("budget", "--run", "r", "--tokens", "5", code=USAGE)
+    assert "a run's budget is --usd alone" in tokens.stderr
+    raised = devs("budget", "--run", "r", "--usd", "2", "--reason", "worth it")
+    assert raised.stdout.startswith("run r: USD 1.2000 of 2 spent: budget set by")
+    for task in ("a", "b"):
+        devs("resume", task, "--reason", "go", code=OK)
+    spent = devs.json("spend", "--run", "r")
+    assert (spent["budget_usd"], spent["spent_usd"]) == (2.0, 1.2)

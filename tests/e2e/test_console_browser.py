@@ -424,6 +424,59 @@ def test_the_inbox_works_by_keyboard_with_visible_focus_and_named_buttons(
     screenshot(driver, "console-task.png")
 
 
+def test_a_budget_pause_shows_its_spend_and_is_raised_then_resumed_from_its_page(
+    sqlite_console: Console, browsers: Callable[[], WebDriver]
+) -> None:
+    # test_console_operators imports this module: imported once both are.
+    from tests.e2e.test_console_operators import AXE, axe_problems
+
+    console = sqlite_console
+    service = console.service
+    call: dict[str, Any] = {
+        "model": "claude-sonnet-4-5-20250929",
+        "input_tokens": 120_000,
+        "output_tokens": 8_000,
+    }
+    service.start_task("migrate-db", agent="claude-code")
+    service.record_usage("migrate-db", **call, cost_usd=0.9)
+    service.raise_budget("migrate-db", usd=1.0, actor="root", reason="a dollar")
+    assert service.record_usage("migrate-db", **call, cost_usd=0.2).triggered
+    token = service.add_operator("alice", actor="root").token
+    driver = browsers()
+    sign_in(driver, console, token)
+    card = item(driver, "migrate-db").text
+    assert "Budget pause" in card
+    assert "USD 1.1000 of 1 (110%, over budget); 256,000 tokens" in card
+
+    driver.get(console.page("/tasks/migrate-db"))
+    spend = driver.find_element(By.CSS_SELECTOR, '[aria-labelledby="spend-h"]').text
+    assert "USD 1.1000 of 1 (110%, over budget)" in spend
+    assert "claude-sonnet-4-5-20250929" in spend
+    if AXE is not None or os.environ.get("CI"):  # else the rest still runs
+        assert axe_problems(driver) == []
+    form = driver.find_element(By.CSS_SELECTOR, "form.answer")
+    form.find_element(By.NAME, "usd").send_keys("2.5")
+    form.find_element(By.NAME, "reason").send_keys("the migration is worth it")
+    button(form, "Raise budget").click()
+    WebDriverWait(driver, 10).until(
+        lambda d: (
+            "You raised the budget of migrate-db"
+            in d.find_element(By.TAG_NAME, "main").text
+        )
+    )
+    assert service.task_spend("migrate-db").budget_usd == 2.5
+    spend = driver.find_element(By.CSS_SELECTOR, '[aria-labelledby="spend-h"]').text
+    assert "USD 1.1000 of 2.5 (44%)" in spend
+    button(driver.find_element(By.CSS_SELECTOR, "form.answer"), "Resume").click()
+    WebDriverWait(driver, 10).until(
+        lambda d: "You resumed migrate-db" in d.find_element(By.TAG_NAME, "main").text
+    )
+    assert service.task("migrate-db").state == "RUNNING"
+    raised, resumed = service.history("migrate-db")[-2:]
+    assert (raised.event, raised.changes["actor"]) == ("BudgetRaised", "alice")
+    assert (resumed.event, resumed.changes["actor"]) == ("Resumed", "alice")
+
+
 def test_the_screenshots_in_the_docs_are_pngs() -> None:
     for name in (
         "console-inbox.png",

@@ -30,6 +30,7 @@ TOOLS = {
     "record_usage",
     "task_status",
     "lessons",
+    "task_spend",
 }
 
 Connect = Callable[[], AbstractAsyncContextManager[ClientSession]]

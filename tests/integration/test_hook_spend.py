@@ -142,7 +142,7 @@ def test_a_budget_spent_halts_the_agent_until_a_person_raises_it(
     answer, code = claude.look()
     assert code == 0
     assert answer["continue"] is False
-    assert "budget pause: USD 0.0022" in answer["stopReason"]
+    assert "budget pause: it spent USD 0.0022" in answer["stopReason"]
     assert "budget " in answer["stopReason"]
     assert "--usd N" in answer["stopReason"]
     assert answer["hookSpecificOutput"]["permissionDecision"] == "deny"
@@ -250,3 +250,53 @@ def test_devs_serve_reads_no_file_an_event_names(claude: Session) -> None:
     )
     assert status == 200
     assert claude.service.task_spend(claude.task_id).tokens == 0
+
+
+def test_a_call_that_fails_midway_counts_nothing_twice(
+    claude: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a call read is kept unsent before it is recorded: the next call
+    records what the failed one did not, under the same ids."""
+    claude.start()
+    claude.write(
+        [assistant("m1", SONNET), assistant("m2", "claude-haiku-4-5", inp=50, out=5)]
+    )
+    real = claude.service.record_usage
+    calls: list[str] = []
+
+    def failing(task_id: str, **given: Any) -> Any:
+        calls.append(given["model"])
+        if len(calls) == 2:
+            msg = "the store went away"
+            raise RuntimeError(msg)
+        return real(task_id, **given)
+
+    monkeypatch.setattr(claude.service, "record_usage", failing)
+    _, code = claude.look()
+    assert code == 1  # failed, after recording the first model's usage
+    monkeypatch.setattr(claude.service, "record_usage", real)
+    claude.write([assistant("m3", SONNET)])
+    claude.look()
+    spent = claude.service.task_spend(claude.task_id)
+    by_model = {m.model: (m.input_tokens, m.output_tokens) for m in spent.by_model}
+    assert by_model == {SONNET: (200, 20), "claude-haiku-4-5": (50, 5)}
+
+
+def test_a_model_name_the_service_refuses_counts_as_unknown(claude: Session) -> None:
+    claude.start()
+    claude.write([assistant("m1", "bell\x07model", inp=7, out=3)])
+    claude.look()
+    spent = claude.service.task_spend(claude.task_id)
+    assert [(m.model, m.tokens) for m in spent.by_model] == [("unknown", 10)]
+
+
+def test_a_run_budget_stop_names_the_runs_raise(tmp_path: Path) -> None:
+    session = Session("claude-code", tmp_path, DEVS_RUN_BUDGET_USD="0.0005")
+    session.environ["DEVS_TASK_ID"] = "t1"
+    session.service.start_run("r", {"t1": []})
+    session.service.start_task("t1", run_id="r", agent="claude-code")
+    session.write([assistant("m1", SONNET), assistant("m2", SONNET)])
+    answer, _ = session.look()
+    reason = answer["stopReason"]
+    assert "its run r's tasks spent USD 0.0009" in reason
+    assert "budget --run r --usd N" in reason

@@ -56,6 +56,7 @@ def test_queries_give_the_answers_0_1_0_gave(
     assert run.pop("stop_scope") == "run"
     # 0.1.0 did not say when a run started; its log does.
     assert run.pop("started_at") is not None
+    assert run.pop("over_budget") is False  # 0.1.0 had no budgets
     assert run == answers["run"]
     assert old.task("build").version == answers["build_version"]
     # 0.1.0 named a blocked attempt's kind task:blacklisted_strategy_attempted:

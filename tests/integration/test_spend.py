@@ -4,6 +4,7 @@ SQLite, in memory and on PostgreSQL."""
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -371,7 +372,7 @@ def test_people_read_what_was_spent_of_which_budget(make_service: MakeService) -
         "t needs a human: spent USD 1.15 of its 1 budget"
     )
     said = stop_reason(service.task("t"))
-    assert "budget pause: USD 1.1500" in said
+    assert "budget pause: it spent USD 1.1500" in said
     assert "devs budget t --usd N" in said
     assert KINDS["budget"] == "Budget pause"
 
@@ -461,7 +462,7 @@ def test_a_tasks_spend_says_its_totals_budgets_and_each_model(
     spend = service.task("t").spend
     assert spend is not None
     assert report.model_dump(exclude={"task_id", "run_id", "by_model"}) == (
-        spend.model_dump()
+        spend.model_dump(exclude={"scope"})
     )
 
 
@@ -524,3 +525,103 @@ def test_metrics_give_the_spend_by_agent_and_model_and_a_rebuild_keeps_it(
     service.rebuild_projections("metrics")
     assert service.metrics().spend == before
     assert service.verify().ok
+
+
+# ------------------------------------------------------------ what-if
+
+
+def test_what_if_a_lower_budget_says_what_it_would_have_saved(
+    make_service: MakeService,
+) -> None:
+    service = budgeted(make_service)
+    call: dict[str, Any] = {"model": SONNET, "input_tokens": 0, "output_tokens": 0}
+    for _ in range(4):
+        service.record_usage("t", **call, cost_usd=0.5)  # $2 in all, no budget
+    service.record_gate("t", 1, error="boom")
+    service.record_usage("t", **call, cost_usd=0.25)
+    report = service.what_if(policy={"task_budget_usd": 1.0}, task_ids=["t"])
+    [task] = report.changed
+    # Stopped at the second usage ($1.0); nobody raised it: the agent would
+    # have waited, so the gate that followed would not have run.
+    assert task.what_if.pauses == 1
+    assert task.cut_at == 6  # the GateFailed
+    assert task.saved is not None
+    assert task.saved.spent_usd == 1.25  # the third, fourth and last usages
+    assert report.saved == task.saved
+    assert "would have saved USD 1.2500" in " ".join(task.changes)
+    assert "stopped for its budget before version 6" in " ".join(task.changes)
+
+
+def test_what_if_saves_nothing_a_waiting_task_spent_or_a_raise_allowed(
+    make_service: MakeService,
+) -> None:
+    service = budgeted(make_service, DEVS_TASK_BUDGET_USD="1")
+    call: dict[str, Any] = {"model": SONNET, "input_tokens": 0, "output_tokens": 0}
+    service.record_usage("t", **call, cost_usd=1.0)  # paused, as recorded
+    service.record_usage("t", **call, cost_usd=0.2)  # spent while it waited
+    report = service.what_if(policy={"task_budget_usd": 0.5}, task_ids=["t"])
+    assert report.saved.tokens == 0
+    assert report.saved.spent_usd == 0.0
+    service.raise_budget("t", usd=5, actor="ana", reason="ok")
+    service.resume("t", actor="ana", reason="go on")
+    service.record_usage("t", **call, cost_usd=0.3)
+    # A what-if budget the recorded raise answers as it answered the
+    # recorded one: the agent went on, nothing saved.
+    again = service.what_if(policy={"task_budget_usd": 0.9}, task_ids=["t"])
+    assert again.saved.spent_usd == 0.0
+    assert all(t.saved is None for t in again.changed)
+
+
+def test_usage_recorded_while_a_person_reads_leaves_their_answer_standing(
+    make_service: MakeService,
+) -> None:
+    """The agent's last calls counted after the stop (a hook reads them a
+    moment late) change nothing a person answers: an answer for the version
+    they read still stands; anything else after it makes it stale."""
+    from devs.domain import StaleAnswer
+
+    service = budgeted(make_service, DEVS_TASK_BUDGET_USD="1")
+    call: dict[str, Any] = {"model": SONNET, "input_tokens": 0, "output_tokens": 0}
+    service.record_usage("t", **call, cost_usd=1.0)
+    seen = service.task("t").version
+    service.record_usage("t", **call, cost_usd=0.1)
+    service.record_usage("t", **call, cost_usd=0.1)
+    raised = service.raise_budget("t", usd=5, actor="ana", reason="ok", if_version=seen)
+    assert raised.version == seen + 3
+    service.record_usage("t", **call, cost_usd=0.1)
+    service.resume("t", actor="ana", reason="go", if_version=raised.version)
+    service.record_gate("t", 1, error="boom")
+    read = service.task("t").version
+    service.log_lesson("t", "patch", "no")  # not quiet: the task moved on
+    with pytest.raises(StaleAnswer):
+        service.skip("t", actor="ana", reason="x", if_version=read)
+
+
+def test_a_model_without_a_price_is_said_once(make_service: MakeService) -> None:
+    service = budgeted(make_service)
+    said: list[str] = []
+
+    class Heard(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "has no price" in record.getMessage():
+                said.append(record.getMessage())
+
+    logger = logging.getLogger("devs.service")
+    heard, level, disabled = Heard(logging.WARNING), logger.level, logger.disabled
+    logger.addHandler(heard)  # whatever logging another test set up
+    logger.setLevel(logging.WARNING)
+    logger.disabled = False  # (a dictConfig elsewhere disables existing ones)
+    try:
+        for _ in range(3):
+            service.record_usage(
+                "t", model="house-model", input_tokens=5, output_tokens=1
+            )
+        service.record_usage("t", model=SONNET, input_tokens=5, output_tokens=1)
+    finally:
+        logger.removeHandler(heard)
+        logger.setLevel(level)
+        logger.disabled = disabled
+    assert said == [
+        "model 'house-model' has no price (devs.domain.spend.PRICES, or "
+        "DEVS_PRICES): its tokens count against token budgets, its cost is unknown"
+    ]

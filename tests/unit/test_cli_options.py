@@ -38,6 +38,8 @@ MAPPED: dict[tuple[str, ...], tuple[str, dict[str, str]]] = {
             "handoff_threshold": "policy.handoff_threshold",
             "hitl_entropy_threshold": "policy.hitl_entropy_threshold",
             "stuck_detection": "policy.stuck_detection",
+            "task_budget_usd": "policy.task_budget_usd",
+            "task_budget_tokens": "policy.task_budget_tokens",
             "run_id": "run_id",
         },
     ),
@@ -56,6 +58,8 @@ SERVICE_RANGES: dict[tuple[str, ...], set[str]] = {
         "escalation_threshold",
         "handoff_threshold",
         "hitl_entropy_threshold",
+        "task_budget_usd",
+        "task_budget_tokens",
     }
 }
 """Numbers whose range the service checks (a refusal in its words, exit 6:

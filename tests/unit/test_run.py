@@ -250,8 +250,10 @@ def test_the_started_event_records_each_node_once_and_edges_by_position() -> Non
         "nodes",
         "prerequisites",
         "stop_scope",
+        "budget_usd",
     }
     assert started.stop_scope == "run"
+    assert started.budget_usd is None
 
 
 def test_node_events_and_completion_name_one_node_at_most() -> None:

@@ -1,5 +1,5 @@
 """What people answer: resume, rewind, skip, claim, release, take over,
-resolve; the pending sessions and hand-offs."""
+resolve, a task's or a run's budget; the pending sessions and hand-offs."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from devs.adapters.http.contract import (
     ClaimBody,
     ResolveBody,
     RewindBody,
+    RunBudgetBody,
     TakeOverBody,
 )
 from devs.adapters.http.dispatch import Devs, HttpRoute, ReadAfter
@@ -20,6 +21,7 @@ from devs.domain import (
     BudgetAnswer,
     HandoffEntry,
     PendingSession,
+    RunState,
 )
 
 router = APIRouter(tags=["humans"], route_class=HttpRoute)
@@ -56,6 +58,15 @@ command_route(
     BudgetAnswer,
     human=True,
     name="raise_budget",
+)
+command_route(
+    router,
+    "/runs/{run_id}/budget",
+    "raise_run_budget",
+    RunBudgetBody,
+    RunState,
+    human=True,
+    name="raise_run_budget",
 )
 
 
