@@ -239,7 +239,7 @@ def hook_figures(base: Path, calls: int, megabytes: float) -> list[str]:
 
     def grown() -> None:
         written[0] += transcript(
-            session, (session.stat().st_size + 9_000) / 1_000_000, first=written[0]
+            session, (session.stat().st_size + 100) / 1_000_000, first=written[0]
         )
         process(hook, event("PreToolUse", session, **pre), env, repo)
 

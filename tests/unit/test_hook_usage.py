@@ -5,6 +5,7 @@ reads giving the same totals."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -520,3 +521,36 @@ def test_any_split_of_the_reads_counts_the_same(
         grown.write_bytes(body[:cut])
         found.append(read_all(reader, grown, cursor))
     assert totals(found) == expected
+
+
+# ------------------------------------------------------------ linear time
+
+
+@pytest.mark.timing  # a ratio of two timings: in one process
+@pytest.mark.parametrize(
+    "row",
+    [
+        lines([assistant("m", out=1)]),  # every line a usage: parsed
+        b'{"type":"assistant","usage":' + b"[" * 5_000 + b"\n",  # deep, broken
+        b'"assistant" "usage" ' * 500 + b"\n",  # wanted, never JSON
+        b"x" * 100_000 + b"\n",  # long lines, no usage
+        b'{"type":"gemini","tokens":{"input":1},"id":"' + b"g" * 50 + b'"}\n',
+    ],
+)
+def test_reading_a_session_file_is_linear(tmp_path: Path, row: bytes) -> None:
+    """Ten times the bytes cost about ten times the time, however the lines
+    look: each byte is read once, each wanted line parsed once."""
+    reader: Reader = GEMINI if b"gemini" in row else CLAUDE
+
+    def cost(size: int) -> float:
+        path = tmp_path / f"{size}.jsonl"
+        path.write_bytes(row * max(1, size // len(row)))
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            read_all(reader, path, Cursor())
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    small, large = cost(1_000_000), cost(10_000_000)
+    assert large / small < 20, f"{small:.4f}s -> {large:.4f}s"
