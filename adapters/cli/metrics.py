@@ -18,6 +18,7 @@ from devs.adapters.cli.base import (
     shortened,
     show_table,
 )
+from devs.adapters.cli.tasks import spend_line
 from devs.domain import Metrics, SpendReport
 from devs.domain.ports import Distribution
 from devs.domain.values import parse_time
@@ -74,15 +75,7 @@ def spend(ctx: Context, task_id: str | None, run_id: str | None, as_json: bool) 
 def spend_text(report: SpendReport) -> str:
     """``task t: USD 0.7500 of 1 spent, 110,000 tokens``."""
     whose = f"task {report.task_id}" if report.task_id else f"run {report.run_id}"
-    money = f"USD {report.spent_usd:.4f}"
-    if report.budget_usd is not None:
-        money += f" of {report.budget_usd:g}"
-    tokens = f"{report.tokens:,} tokens"
-    if report.budget_tokens is not None:
-        tokens += f" of {report.budget_tokens:,}"
-    unknown = report.unknown_cost_tokens
-    priced = f" ({unknown:,} of unknown cost)" if unknown else ""
-    return f"{whose}: {money} spent, {tokens}{priced}"
+    return spend_line(whose, report)
 
 
 def show_spend(report: SpendReport) -> None:

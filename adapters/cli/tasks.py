@@ -40,6 +40,7 @@ from devs.domain import (
     EntropyDecision,
     InvalidInput,
     Spend,
+    SpendReport,
     TaskSummary,
     UsageDecision,
 )
@@ -350,8 +351,9 @@ def entropy(ctx: Context, task_id: str, score: str, as_json: bool) -> None:
     sys.exit(int(ExitCode.PAUSED if decision.triggered else ExitCode.OK))
 
 
-def spend_line(task_id: str, spend: Spend) -> str:
-    """``t: USD 0.75 of 1 spent, 110,000 tokens``: what a task spent."""
+def spend_line(task_id: str, spend: Spend | SpendReport) -> str:
+    """``t: USD 0.75 of 1 spent, 110,000 tokens``: what a task (or a run,
+    ``task_id`` its name) spent."""
     money = f"USD {spend.spent_usd:.4f}"
     if spend.budget_usd is not None:
         money += f" of {spend.budget_usd:g}"
