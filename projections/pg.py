@@ -249,10 +249,16 @@ class SerializedDDL:
         service opens ("type ... already exists")."""
         try:
             self._create_tables()
-        except IntegrityError:
+        except (IntegrityError, ProgrammingError) as error:
             # A process that takes no lock (an older release, eventsourcing's
-            # own factory) made a type meanwhile: PostgreSQL reports a unique
-            # violation of its catalog. The type exists now: look again.
+            # own factory: the projection runner's application) made a type
+            # meanwhile: PostgreSQL reports a unique violation of its catalog
+            # while that transaction is open, "type ... already exists" once
+            # it committed. The type exists now: look again.
+            if isinstance(error, ProgrammingError) and "already exists" not in str(
+                error
+            ):
+                raise
             self._create_tables()
 
     def _create_tables(self) -> None:

@@ -743,14 +743,30 @@ def test_devs_project_keeps_the_read_models_for_external_processes(
         devs("gate", "run", "t1", "--", "false", code=RETRY, env=env)
         devs("gate", "run", "t1", "--", "false", code=RETRY, env=env)
         # `status` reads a read model: it waits for the worker to fold (the
-        # worker may still be starting on a loaded machine: a bound, not a speed).
-        listed = devs.json("status", env={**env, "DEVS_READ_WAIT": "60"})
+        # worker may still be starting on a loaded machine: a bound, not a
+        # speed; under the 60 s a command is given, so a wait that runs out
+        # says so, with what the worker said).
+        waited = subprocess.run(
+            [DEVS, "--db", str(devs.db), "status", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=devs.cwd,
+            env={**os.environ, **env, "DEVS_READ_WAIT": "45"},
+            check=False,
+        )
+        if waited.returncode != 0:
+            worker.terminate()
+            _, said = worker.communicate(timeout=30)
+            pytest.fail(f"status: {waited.stderr!r}; the worker said: {said!r}")
+        listed = json.loads(waited.stdout)
         assert [(row["task_id"], row["consecutive_failures"]) for row in listed] == [
             ("t1", 2)
         ]
     finally:
-        worker.terminate()
-        _, stderr = worker.communicate(timeout=30)
+        if worker.returncode is None:
+            worker.terminate()
+    _, stderr = worker.communicate(timeout=30)
     assert worker.returncode == 0, stderr
     assert "stopped at position" in stderr
     assert stderr.strip().splitlines()[-1].endswith(str(event_count_pg(pg_url)))

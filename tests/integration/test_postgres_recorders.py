@@ -309,3 +309,43 @@ def test_views_opened_again_lock_no_table_a_fold_is_writing(
             assert cursor.fetchone() == {"n": 1}
     finally:
         done.close()
+
+
+def test_a_type_another_process_committed_meanwhile_is_looked_for_again(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A type another process committed between the look and the ``CREATE
+    TYPE`` (the projection runner's application takes no lock) is "already
+    exists" (seen in CI: `devs project` died at its start beside a command);
+    the recorder looks again. Another refusal is not passed over."""
+    from eventsourcing.persistence import ProgrammingError
+
+    factory = open_factory(pg_url, CREATE_TABLE="n")
+    try:
+        recorder = factory.application_recorder()
+        assert isinstance(recorder, PostgresApplicationRecorder)
+        real = recorder._create_tables
+        tries: list[str] = []
+
+        def racing() -> None:
+            tries.append("try")
+            if len(tries) == 1:
+                real()  # made by "the other process", then our CREATE fails
+                msg = 'type "stored_event_text" already exists'
+                raise ProgrammingError(msg)
+            real()
+
+        monkeypatch.setattr(recorder, "_create_tables", racing)
+        recorder.create_table()
+        assert tries == ["try", "try"]
+        assert recorder.insert_events([stored("a", 1)]) == [1]
+
+        def broken() -> None:
+            msg = "syntax error at or near ..."
+            raise ProgrammingError(msg)
+
+        monkeypatch.setattr(recorder, "_create_tables", broken)
+        with pytest.raises(ProgrammingError, match="syntax error"):
+            recorder.create_table()
+    finally:
+        factory.close()
