@@ -458,7 +458,9 @@ def test_a_budget_pause_shows_its_spend_and_is_raised_then_resumed_from_its_page
     form.find_element(By.NAME, "usd").send_keys("2.5")
     form.find_element(By.NAME, "reason").send_keys("the migration is worth it")
     button(form, "Raise budget").click()
-    WebDriverWait(driver, 10).until(
+    # The page is drawn anew: an element read meanwhile may go stale.
+    settled = (StaleElementReferenceException, NoSuchElementException)
+    WebDriverWait(driver, 10, ignored_exceptions=settled).until(
         lambda d: (
             "You raised the budget of migrate-db"
             in d.find_element(By.TAG_NAME, "main").text
@@ -468,7 +470,7 @@ def test_a_budget_pause_shows_its_spend_and_is_raised_then_resumed_from_its_page
     spend = driver.find_element(By.CSS_SELECTOR, '[aria-labelledby="spend-h"]').text
     assert "USD 1.1000 of 2.5 (44%)" in spend
     button(driver.find_element(By.CSS_SELECTOR, "form.answer"), "Resume").click()
-    WebDriverWait(driver, 10).until(
+    WebDriverWait(driver, 10, ignored_exceptions=settled).until(
         lambda d: "You resumed migrate-db" in d.find_element(By.TAG_NAME, "main").text
     )
     assert service.task("migrate-db").state == "RUNNING"
