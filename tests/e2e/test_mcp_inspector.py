@@ -164,7 +164,9 @@ def assert_listed_strictly(listed: Inspected) -> None:
         schema = tool["inputSchema"]
         assert schema["additionalProperties"] is False, name
         hints = tool["annotations"]
-        assert hints["readOnlyHint"] is (name in {"task_status", "lessons"}), name
+        assert hints["readOnlyHint"] is (
+            name in {"task_status", "lessons", "task_spend"}
+        ), name
     assert tools["run_gate"]["annotations"]["destructiveHint"] is True
     exit_code = tools["record_gate"]["inputSchema"]["properties"]["exit_code"]
     assert [branch["type"] for branch in exit_code["anyOf"]] == ["integer", "null"]
