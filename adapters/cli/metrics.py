@@ -83,19 +83,20 @@ def show_spend(report: SpendReport) -> None:
     if not report.by_model:
         plain("no usage recorded")
         return
+    columns = (
+        "agent",
+        "model",
+        "usages",
+        "USD",
+        "tokens",
+        "input",
+        "output",
+        "cache read",
+        "cache write",
+    )
     show_table(
         "By agent and model",
-        (
-            "agent",
-            "model",
-            "usages",
-            "USD",
-            "tokens",
-            "input",
-            "output",
-            "cache read",
-            "cache write",
-        ),
+        columns,
         [
             [
                 m.agent or "-",
@@ -111,15 +112,7 @@ def show_spend(report: SpendReport) -> None:
             for m in report.by_model
         ],
         whole=("model",),
-        right=(
-            "usages",
-            "USD",
-            "tokens",
-            "input",
-            "output",
-            "cache read",
-            "cache write",
-        ),
+        right=columns[2:],  # the counts
     )
 
 

@@ -188,6 +188,13 @@ def _count(value: Any) -> int:
     return 0
 
 
+def _counts(usage: Mapping[str, Any], *names: str) -> tuple[int, int, int, int]:
+    """The four counts ``usage`` gives under ``names`` (input, output, cache
+    reads, cache writes; anything not a count: 0)."""
+    a, b, c, d = (_count(usage.get(name)) for name in names)
+    return a, b, c, d
+
+
 def _model(value: Any) -> str:
     if isinstance(value, str):
         name = " ".join(value.split())[:MODEL_MAX]
@@ -244,7 +251,16 @@ def _once(cursor: Cursor, ident: Any) -> bool:
     return True
 
 
-class ClaudeTranscript:
+class NamedByTheEvent:
+    """A session file the hook event names (``transcript_path``)."""
+
+    def where(
+        self, transcript: str | None, session: str | None, environ: Mapping[str, str]
+    ) -> Path | None:
+        return _named(transcript)
+
+
+class ClaudeTranscript(NamedByTheEvent):
     """Claude Code's transcript: one JSON object a line; ``type:
     "assistant"`` rows carry ``message.id``, ``message.model`` and
     ``message.usage``; one message may be several rows (one per content
@@ -253,11 +269,6 @@ class ClaudeTranscript:
     session's ``<session>.jsonl``. Claude Code writes its rows every 100 ms:
     a hook often reads a message a call or two after it was made, and
     every one by ``Stop``."""
-
-    def where(
-        self, transcript: str | None, session: str | None, environ: Mapping[str, str]
-    ) -> Path | None:
-        return _named(transcript)
 
     def files(self, transcript: Path) -> list[Path]:
         folder = transcript.with_suffix("") / "subagents"
@@ -275,11 +286,12 @@ class ClaudeTranscript:
         usage = message.get("usage")
         if not isinstance(usage, Mapping):
             return
-        counts = (
-            _count(usage.get("input_tokens")),
-            _count(usage.get("output_tokens")),
-            _count(usage.get("cache_read_input_tokens")),
-            _count(usage.get("cache_creation_input_tokens")),
+        counts = _counts(
+            usage,
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
         )
         ident = message.get("id")
         ident = ident[:MODEL_MAX] if isinstance(ident, str) and ident else None
@@ -306,7 +318,7 @@ class ClaudeTranscript:
             _tokens(found, _model(message.get("model"))).add(added)
 
 
-class CodexRollout:
+class CodexRollout(NamedByTheEvent):
     """Codex's rollout: ``turn_context`` rows name the model of the turn;
     a ``token_usage_record`` row (Codex 0.171) gives one response's usage,
     written as the response ends (``response_id``); older versions give
@@ -314,11 +326,6 @@ class CodexRollout:
     running totals (``info.total_token_usage``), counted by how far they
     moved (a row that repeats them counts nothing). OpenAI's input counts
     include the cached ones."""
-
-    def where(
-        self, transcript: str | None, session: str | None, environ: Mapping[str, str]
-    ) -> Path | None:
-        return _named(transcript)
 
     def files(self, transcript: Path) -> list[Path]:
         return [transcript]
@@ -388,18 +395,13 @@ class CodexRollout:
             _tokens(found, cursor.model or UNKNOWN_MODEL).add(counts)
 
 
-class GeminiChat:
+class GeminiChat(NamedByTheEvent):
     """Gemini CLI's chat recording (0.61: JSONL, appended): a ``type:
     "gemini"`` row is a model answer with its ``model`` and ``tokens``
     (``input`` counts the ``cached`` ones; ``thoughts`` are billed as output,
     ``tool`` as input). An answer is written again when its tool calls are
     attached: each ``id`` counts once. A subagent's chat is
     ``chats/<session>/<id>.jsonl``."""
-
-    def where(
-        self, transcript: str | None, session: str | None, environ: Mapping[str, str]
-    ) -> Path | None:
-        return _named(transcript)
 
     def files(self, transcript: Path) -> list[Path]:
         return [transcript, *_nested(transcript.with_suffix(""), depth=0)]
@@ -461,11 +463,8 @@ class CopilotEvents:
         ident = accounting.get("usageId") if isinstance(accounting, Mapping) else None
         if not _once(cursor, ident or usage.get("apiCallId")):
             return
-        counts = (
-            _count(usage.get("inputTokens")),
-            _count(usage.get("outputTokens")),
-            _count(usage.get("cacheReadTokens")),
-            _count(usage.get("cacheWriteTokens")),
+        counts = _counts(
+            usage, "inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens"
         )
         if any(counts):
             _tokens(found, _model(usage.get("model"))).add(counts)
