@@ -22,6 +22,7 @@ import pytest
 
 from devs.adapters.sandbox import Isolation, _Cgroup, run_gate
 from devs.domain import InvalidInput
+from tests import devs_process
 from tests.helpers import event_count, require_bwrap
 
 DEVS = str(Path(sys.executable).with_name("devs"))
@@ -42,14 +43,11 @@ def base() -> Iterator[Path]:
 def devs(
     db: Path, cwd: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return devs_process.run(
         [DEVS, "--db", str(db), *args],
-        capture_output=True,
-        text=True,
         timeout=60,
         cwd=cwd,
         env={**os.environ, **(env or {})},
-        check=False,
     )
 
 

@@ -24,6 +24,7 @@ import anyio
 import pytest
 
 from devs.adapters.gate_run import command_line
+from tests import devs_process
 from tests.e2e.test_mcp import DEVS, Connect, http, stdio, text
 from tests.e2e.test_serve import TOKEN, Server
 from tests.e2e.test_without_bwrap import path_without_bwrap
@@ -40,11 +41,8 @@ def base() -> Iterator[Path]:
 
 
 def operators(db: Path) -> list[Any]:
-    shown = subprocess.run(
-        [DEVS, "--db", str(db), "operator", "list", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
+    shown = devs_process.run(
+        [DEVS, "--db", str(db), "operator", "list", "--json"], check=True
     )
     found: list[Any] = json.loads(shown.stdout)
     return found
@@ -132,7 +130,7 @@ def test_a_gate_command_cannot_write_the_store(base: Path, kind: str) -> None:
     work = base / "project"
     (work / "state").mkdir(parents=True)
     db = work / "state" / "devs_state.sqlite"
-    subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
+    devs_process.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
     results = ask(
         kind,
         db,
@@ -144,9 +142,7 @@ def test_a_gate_command_cannot_write_the_store(base: Path, kind: str) -> None:
         assert result.structured_content["exit_code"] != 0, text(result)
         assert result.structured_content["isolation"] == "bwrap"
     assert operators(db) == []
-    shown = subprocess.run(
-        [DEVS, "--db", str(db), "task", "show", "forged"], capture_output=True
-    )
+    shown = devs_process.run([DEVS, "--db", str(db), "task", "show", "forged"])
     assert shown.returncode != 0  # no such task
     with sqlite3.connect(db) as store:
         topics = [t for (t,) in store.execute("SELECT topic FROM stored_events")]
@@ -163,7 +159,7 @@ def test_a_gate_never_runs_in_the_store_folder_unless_asked(
     """The default layout: the server started where its store is."""
     require_bwrap()
     db = base / "devs_state.sqlite"
-    subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
+    devs_process.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
     command = forge(db)[0]
     refused, asked, outside = ask(
         kind,
@@ -194,7 +190,7 @@ def test_without_bwrap_an_agents_gate_is_refused_unless_allowed(
     work.mkdir()
     db = base / "store" / "devs_state.sqlite"
     db.parent.mkdir()
-    subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
+    devs_process.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
     no_bwrap = {"PATH": path_without_bwrap(base / "bin")}
     marker = work / "ran"
     touch = [PY, "-c", f"open({str(marker)!r}, 'w').close()"]
@@ -226,7 +222,7 @@ def test_the_bounds_are_offered_and_capped(base: Path) -> None:
     work.mkdir()
     db = base / "store" / "devs_state.sqlite"
     db.parent.mkdir()
-    subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
+    devs_process.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
     env = {
         "DEVS_GATE_MAX_TIMEOUT": "30",
         "DEVS_GATE_MAX_MEMORY_MB": "512",
@@ -279,7 +275,7 @@ def test_a_wrong_gate_setting_is_each_calls_error(base: Path) -> None:
     work.mkdir()
     db = base / "store" / "devs_state.sqlite"
     db.parent.mkdir()
-    subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
+    devs_process.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
     connect = with_env(stdio(db, work), db, work, {"DEVS_GATE_MAX_TIMEOUT": "forever"})
     (answer,) = anyio.run(
         call, connect, ("run_gate", {"task_id": "t1", "command": ["true"]})
@@ -381,7 +377,7 @@ def test_a_multi_line_command_is_recorded_and_a_bad_cwd_is_invalid_input(
     (work / "loop").symlink_to("loop")
     db = base / "store" / "devs_state.sqlite"
     db.parent.mkdir()
-    subprocess.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
+    devs_process.run([DEVS, "--db", str(db), "task", "start", "t1"], check=True)
     env = {"DEVS_DANGEROUSLY_ALLOW_UNSANDBOXED_GATES": "1"}  # not about bwrap
     script = "import sys\nprint('ran')\nsys.exit(3)"
     connect = with_env(stdio(db, work), db, work, env)

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from devs.adapters.serving import STOP_GRACE
+from tests import devs_process
 
 DEVS = str(Path(sys.executable).with_name("devs"))
 TOKEN = "e2e-token-abcdefghijkl"
@@ -342,14 +343,7 @@ def test_idempotency_keys_hold_across_a_restart_and_workers(
 
 
 def devs(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [DEVS, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **env},
-        check=False,
-    )
+    return devs_process.run([DEVS, *args], timeout=120, env={**os.environ, **env})
 
 
 CLIENT = """

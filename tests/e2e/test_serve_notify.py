@@ -10,7 +10,6 @@ import http.server
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from standardwebhooks.webhooks import Webhook
 
 from devs.adapters.config import Settings, open_service
 from devs.domain.policy import Policy
+from tests import devs_process
 from tests.e2e.test_serve import DEVS, Server, free_port
 from tests.e2e.test_serve_outage import escalate
 from tests.helpers import wait_until
@@ -115,12 +115,8 @@ def store(request: pytest.FixtureRequest) -> dict[str, str]:
 
 
 def devs(db: Path, env: dict[str, str], *arguments: str) -> str:
-    done = subprocess.run(
-        [DEVS, "--db", str(db), *arguments],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = devs_process.run(
+        [DEVS, "--db", str(db), *arguments], env={**os.environ, **env}, timeout=60
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -25,6 +25,7 @@ from devs.domain import (
     UnknownOperator,
 )
 from devs.domain.operators import TOKEN_PREFIX, token_hash
+from tests import devs_process
 from tests.helpers import event_count
 
 TOKEN = "test-token-0123456789"
@@ -96,9 +97,7 @@ def test_devs_operator_commands_print_the_token_alone(tmp_path: Path) -> None:
     db = str(tmp_path / "ops.sqlite")
 
     def devs(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [DEVS, "--db", db, *args], capture_output=True, text=True, check=False
-        )
+        return devs_process.run([DEVS, "--db", db, *args])
 
     added = devs("operator", "add", "alice", "--actor", "root")
     assert added.returncode == 0, added.stderr
