@@ -95,8 +95,13 @@ class SQLTables:
     """PostgreSQL only: the columns added since the tables were first made
     (``ALTER TABLE … ADD COLUMN IF NOT EXISTS``), run after ``ddl`` so that a
     database written by an older release takes the new folds; its rows are
-    then refolded by ``devs projections rebuild``. SQLite remakes a view
-    whose ``schema_version`` changed from the log instead."""
+    then refolded by ``devs projections rebuild``. A table an older release
+    had and this one replaced is moved into its replacement and dropped by
+    an idempotent statement (``DO $$ … IF to_regclass(…) … $$``). SQLite
+    remakes a view whose ``schema_version`` changed from the log instead."""
+    former_tables: ClassVar[tuple[str, ...]] = ()
+    """Tables an older ``schema_version`` had and this one has not: SQLite
+    drops them when it remakes the view (PostgreSQL: ``pg_migrations``)."""
 
     def changes(self, tracking: Tracking) -> AbstractContextManager[Any]:
         """A cursor whose writes commit together with ``tracking``."""
@@ -215,7 +220,7 @@ class SQLiteView(SQLiteTrackingRecorder, SQLTables):
             whole = len(cursor.fetchall()) == len(self.tables)
             fresh = not (tracked and whole)
             if fresh:
-                for table in self.tables:
+                for table in (*self.tables, *self.former_tables):
                     cursor.execute(f"DROP TABLE IF EXISTS {table}")
             for statement in self.ddl:
                 cursor.execute(statement)

@@ -40,6 +40,7 @@ _PLACEHOLDER = re.compile(r"\?|:([A-Za-z_][A-Za-z0-9_]*)")
 _TYPES = {"INTEGER": "BIGINT", "REAL": "DOUBLE PRECISION"}
 _TYPE = re.compile(r"\b(INTEGER|REAL)\b")
 _REFERENCE = re.compile(r"(REFERENCES \w+ \(\w+\))")
+_WITHOUT_ROWID = re.compile(r"\s+WITHOUT ROWID\b")
 
 
 @lru_cache(maxsize=1024)
@@ -53,11 +54,13 @@ def pg_sql(statement: str) -> str:
 
 
 def pg_ddl(statement: str) -> str:
-    """A table's DDL with SQLite's 64-bit integers and floats, and references
+    """A table's DDL with SQLite's 64-bit integers and floats, references
     checked when the transaction commits (a rebuild empties and refills tables
-    in one transaction, in any order)."""
+    in one transaction, in any order), and without SQLite's ``WITHOUT ROWID``
+    (PostgreSQL's tables have no rowid)."""
     typed = _TYPE.sub(lambda found: _TYPES[found.group(1)], statement)
-    return _REFERENCE.sub(r"\1 DEFERRABLE INITIALLY DEFERRED", typed)
+    plain = _WITHOUT_ROWID.sub("", typed)
+    return _REFERENCE.sub(r"\1 DEFERRABLE INITIALLY DEFERRED", plain)
 
 
 class PgCursor:

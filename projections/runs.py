@@ -1,9 +1,11 @@
-"""``runs``, ``run_nodes`` and ``run_edges``: orchestration runs, a row per node.
+"""``runs``, ``run_nodes`` and ``run_links``: orchestration runs, a row per node.
 
 Starting a run writes its nodes and edges once; every later run event touches
 the run's row and one node (settling a node also counts down its dependents'
-``waiting``, through ``run_edges``), so an event costs the same in a run of
-ten nodes or ten thousand.
+``waiting``, through ``run_links``), so an event costs the same in a run of
+ten nodes or ten thousand. An edge names its two nodes by their ``position``
+(their index in the run's DAG order), not by their ids: the largest DAG
+allowed has 100,000 edges between ids of up to 200 characters.
 """
 
 from __future__ import annotations
@@ -129,9 +131,11 @@ class RunsTables(RunsView, SQLTables):
     """The ``runs`` tables and their SQL (SQLite and PostgreSQL alike)."""
 
     name: ClassVar[str] = "runs"
-    # v2: stop scopes; v3: no index on progress; v4: over_budget
-    schema_version: ClassVar[int] = 4
-    tables: ClassVar[tuple[str, ...]] = ("runs", "run_nodes", "run_edges")
+    # v2: stop scopes; v3: no index on progress; v4: over_budget;
+    # v5: edges by node position (run_links), not by id (run_edges)
+    schema_version: ClassVar[int] = 5
+    tables: ClassVar[tuple[str, ...]] = ("runs", "run_nodes", "run_links")
+    former_tables: ClassVar[tuple[str, ...]] = ("run_edges",)
     ddl: ClassVar[tuple[str, ...]] = (
         "CREATE TABLE IF NOT EXISTS runs ("
         "id TEXT PRIMARY KEY, "
@@ -156,13 +160,16 @@ class RunsTables(RunsView, SQLTables):
         "settled_at TEXT, "
         "PRIMARY KEY (run_id, node_id))",
         "CREATE INDEX IF NOT EXISTS run_nodes_position ON run_nodes (run_id, position)",
-        "CREATE TABLE IF NOT EXISTS run_edges ("
+        # An edge by its nodes' positions: settling a node reads its
+        # dependents by the key's prefix (run_id, prerequisite), and a run's
+        # DAG is read whole by run_id; no other index. On SQLite the key is
+        # the table (WITHOUT ROWID: one b-tree, not a table and its key's).
+        "CREATE TABLE IF NOT EXISTS run_links ("
         "run_id TEXT NOT NULL, "
-        "prerequisite TEXT NOT NULL, "
-        "node_id TEXT NOT NULL, "
+        "prerequisite INTEGER NOT NULL, "
+        "node INTEGER NOT NULL, "
         "ordinal INTEGER NOT NULL, "
-        "PRIMARY KEY (run_id, prerequisite, node_id))",
-        "CREATE INDEX IF NOT EXISTS run_edges_node ON run_edges (run_id, node_id)",
+        "PRIMARY KEY (run_id, prerequisite, node)) WITHOUT ROWID",
     )
     pg_migrations: ClassVar[tuple[str, ...]] = (
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS "
@@ -171,6 +178,17 @@ class RunsTables(RunsView, SQLTables):
         "DROP INDEX IF EXISTS run_nodes_progress",
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS "
         "over_budget INTEGER NOT NULL DEFAULT 0",
+        # v5: the edges of a database written by v4 (runs in flight among
+        # them) move to run_links, their ids turned into their positions.
+        "DO $$ BEGIN "
+        "IF to_regclass('run_edges') IS NOT NULL THEN "
+        "INSERT INTO run_links (run_id, prerequisite, node, ordinal) "
+        "SELECT e.run_id, p.position, n.position, e.ordinal FROM run_edges e "
+        "JOIN run_nodes p ON p.run_id = e.run_id AND p.node_id = e.prerequisite "
+        "JOIN run_nodes n ON n.run_id = e.run_id AND n.node_id = e.node_id "
+        "ON CONFLICT DO NOTHING; "
+        "DROP TABLE run_edges; "
+        "END IF; END $$",
     )
 
     def insert_run(self, run_id: str, e: Run.Started, tracking: Tracking) -> None:
@@ -194,11 +212,11 @@ class RunsTables(RunsView, SQLTables):
                 ],
             )
             cursor.executemany(
-                "INSERT INTO run_edges (run_id, prerequisite, node_id, "
-                "ordinal) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                "INSERT INTO run_links (run_id, prerequisite, node, ordinal) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 [
-                    (run_id, nodes[prerequisite], node, ordinal)
-                    for node, prereqs in zip(nodes, prerequisites, strict=True)
+                    (run_id, prerequisite, index, ordinal)
+                    for index, prereqs in enumerate(prerequisites)
                     for ordinal, prerequisite in enumerate(prereqs)
                 ],
             )
@@ -224,9 +242,10 @@ class RunsTables(RunsView, SQLTables):
             cursor.execute(
                 "UPDATE run_nodes SET waiting = waiting - 1, progress = CASE WHEN "
                 "waiting = 1 AND progress = ? THEN ? ELSE progress END "
-                "WHERE run_id = ? AND node_id IN (SELECT node_id FROM run_edges "
-                "WHERE run_id = ? AND prerequisite = ?)",
-                (WAITING, READY, run_id, run_id, node),
+                "WHERE run_id = ? AND position IN (SELECT node FROM run_links "
+                "WHERE run_id = ? AND prerequisite = (SELECT position FROM "
+                "run_nodes WHERE run_id = ? AND node_id = ?))",
+                (WAITING, READY, run_id, run_id, run_id, node),
             )
             cursor.execute(
                 "UPDATE runs SET settled_count = settled_count + 1, updated_at = ? "
@@ -313,8 +332,8 @@ class RunsTables(RunsView, SQLTables):
         if dag is None:
             queries.append(
                 (
-                    "SELECT node_id, prerequisite FROM run_edges WHERE run_id = ? "
-                    "ORDER BY node_id, ordinal",
+                    "SELECT node, prerequisite FROM run_links WHERE run_id = ? "
+                    "ORDER BY node, ordinal",
                     (run_id,),
                 )
             )
@@ -322,11 +341,12 @@ class RunsTables(RunsView, SQLTables):
         runs, nodes = found[0], found[1]
         if not runs:
             return None
+        order = tuple(node[0] for node in nodes)  # by position, from 0
         if dag is None:
-            prerequisites: dict[str, list[str]] = {node[0]: [] for node in nodes}
-            for node_id, prerequisite in found[2]:
-                prerequisites[node_id].append(prerequisite)
-            dag = {node: tuple(before) for node, before in prerequisites.items()}
+            prerequisites: list[list[str]] = [[] for _ in order]
+            for position, prerequisite in found[2]:
+                prerequisites[position].append(order[prerequisite])
+            dag = dict(zip(order, map(tuple, prerequisites), strict=True))
             while len(kept) >= DAGS_KEPT:
                 try:  # another thread may be changing it: then try again
                     del kept[next(iter(kept))]
@@ -354,7 +374,7 @@ class RunsTables(RunsView, SQLTables):
             run_id=run_id,
             status=status,
             dag=dag,
-            order=tuple(node[0] for node in nodes),
+            order=order,
             started=tuple(node for _, node in started),
             completed=tuple(node for _, node, p in settled if p == COMPLETED),
             skipped=tuple(node for _, node, p in settled if p == SKIPPED),

@@ -44,7 +44,7 @@ READ_MODEL_TABLES = (
     "handoff_queue",
     "runs",
     "run_nodes",
-    "run_edges",
+    "run_links",
     "metrics_tasks",
     "metrics_waits",
     "metrics_strategy_failures",

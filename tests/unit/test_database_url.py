@@ -91,3 +91,7 @@ def test_the_views_sql_in_postgresql_placeholders() -> None:
         "x BIGINT, y DOUBLE PRECISION, z TEXT REFERENCES s (id) "
         "DEFERRABLE INITIALLY DEFERRED"
     )
+    # SQLite's clustered tables are PostgreSQL's plain ones.
+    assert pg.pg_ddl("CREATE TABLE t (k TEXT, PRIMARY KEY (k)) WITHOUT ROWID") == (
+        "CREATE TABLE t (k TEXT, PRIMARY KEY (k))"
+    )
