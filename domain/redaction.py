@@ -420,11 +420,33 @@ def _secret_spans(text: str, *, quick: bool = True) -> list[tuple[int, int]]:
 _CLEAN: dict[str, None] = {}
 _CLEAN_MAX = 4_096
 
+# Longer texts found clean, up to _LONG characters, a few of them: a long
+# text skips the quick check, so each check tries every rule (about 55 us for
+# 2,000 characters), and the same one comes back (an agent asks whether the
+# same candidate strategy is blacklisted, again and again). At most
+# _CLEAN_LONG_MAX * _LONG characters are held; emptied when full.
+_CLEAN_LONG: dict[str, None] = {}
+_CLEAN_LONG_MAX = 64
+_LONG = 16_384
+
+
+def _known_clean(text: str) -> bool:
+    """Whether ``text`` (exactly a str) was found clean and is remembered."""
+    if len(text) <= _SHORT:
+        return text in _CLEAN
+    return len(text) <= _LONG and text in _CLEAN_LONG
+
 
 def _remember_clean(text: str) -> None:
-    if len(_CLEAN) >= _CLEAN_MAX:
-        _CLEAN.clear()
-    _CLEAN[text] = None
+    if len(text) <= _SHORT:
+        memory, limit = _CLEAN, _CLEAN_MAX
+    elif len(text) <= _LONG:
+        memory, limit = _CLEAN_LONG, _CLEAN_LONG_MAX
+    else:
+        return
+    if len(memory) >= limit:
+        memory.clear()
+    memory[text] = None
 
 
 def redact(text: str) -> str:
@@ -433,11 +455,11 @@ def redact(text: str) -> str:
     Idempotent, and linear in ``len(text)`` (see the module docstring).
     """
     exact = type(text) is str  # a subclass may compare equal to what it is not
-    if exact and text in _CLEAN:
+    if exact and _known_clean(text):
         return text
     spans = _secret_spans(text)
     if not spans:
-        if exact and len(text) <= _SHORT:
+        if exact:
             _remember_clean(text)
         return text
     spans.sort()
@@ -462,7 +484,7 @@ def secret_kind(text: str) -> str | None:
     rather than rewritten: a redacted id would no longer name its task.
     """
     exact = type(text) is str  # a subclass may compare equal to what it is not
-    if exact and text in _CLEAN:
+    if exact and _known_clean(text):
         return None
     lowered = _lowered(text)
     short = len(text) <= _SHORT
@@ -471,7 +493,7 @@ def secret_kind(text: str) -> str | None:
     for rule in RULES:
         if rule.pattern.search(lowered if rule.lowered else text):
             return rule.kind
-    if exact and short:
+    if exact:
         _remember_clean(text)
     return None
 

@@ -501,6 +501,39 @@ def test_clean_texts_only_are_remembered() -> None:
     assert redact("task-7 failed") == "task-7 failed"
 
 
+def test_long_clean_texts_are_remembered_a_few_at_a_time() -> None:
+    """A text longer than the short ones, up to _LONG characters, found clean
+    is remembered (a few of them): the same answer from memory; one holding a
+    secret never is, nor one longer than _LONG."""
+    from devs.domain import redaction
+
+    for check in (secret_kind, redact):
+        redaction._CLEAN_LONG.clear()
+        long = "task-7 " * 100  # 700 characters, clean
+        answer = check(long)
+        assert long in redaction._CLEAN_LONG
+        assert long not in redaction._CLEAN
+        assert check(long) == answer
+        for text, secret in SECRETS:
+            padded = long + " " + text
+            first = check(padded)
+            assert check(padded) == first
+            assert padded not in redaction._CLEAN_LONG
+            assert not any(secret in kept for kept in redaction._CLEAN_LONG)
+        longest = "x" * (redaction._LONG + 1)
+        check(longest)
+        assert longest not in redaction._CLEAN_LONG
+        for i in range(redaction._CLEAN_LONG_MAX + 1):
+            check(f"{i:04} " + long)
+        assert len(redaction._CLEAN_LONG) <= redaction._CLEAN_LONG_MAX
+    assert secret_kind("task-7 " * 100) is None
+    assert redact("task-7 " * 100) == "task-7 " * 100
+    secret = "task-7 " * 100 + " api_key=" + "a1B2" * 20
+    assert redaction._known_clean(secret) is False
+    assert redact(secret) == "task-7 " * 100 + " api_key=" + redaction.REDACTED
+    assert secret_kind(secret) is not None
+
+
 @given(st.lists(FRAGMENTS, max_size=30).map("".join), st.sampled_from(SECRETS))
 def test_a_secret_is_found_whatever_surrounds_it(
     prefix: str, case: tuple[str, str]
