@@ -1278,9 +1278,13 @@ class RecoveryService(TaskCommands):
             self.read_models.wait_for(position, self.read_wait)
 
     def _lesson_strategies(self, task_id: str) -> tuple[str, ...]:
-        """The task's failed strategies (held in memory by the read model)."""
-        self._fresh()
-        strategies = self.read_models.lesson_strategies(task_id)
+        """The task's failed strategies (held in memory by the read model), as
+        current as :meth:`_fresh` makes them."""
+        if READ_AFTER.get() is None:  # caught up and read, in one go
+            strategies = self.read_models.current_lesson_strategies(task_id)
+        else:
+            self._fresh()
+            strategies = self.read_models.lesson_strategies(task_id)
         if not strategies:  # a task with lessons exists; one without may not
             self._require_task(task_id)
         return strategies

@@ -376,6 +376,10 @@ class ReadModels(
     def catch_up(self) -> int:
         """Bring every read model up to the end of the log; return the position."""
 
+    def current_lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        """``lesson_strategies(task_id)`` as current as after ``catch_up()``
+        (the blacklist's question: in one read where the backend can)."""
+
     def keep_up(self, names: Sequence[str]) -> int:
         """Bring the named read models up to the end of the log as it is now,
         for a background reader (the outbox's sender) that may wait its turn:

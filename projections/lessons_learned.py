@@ -9,6 +9,7 @@ position has moved.
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -109,22 +110,20 @@ class SQLiteLessonsView(LessonsTables, SQLiteView):
         self._strategies: dict[str, tuple[tuple[int, int], tuple[str, ...]]] = {}
 
     def lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        # A task asked about again, the view not moved: the position and the
+        # generation, read by one statement (a snapshot of its own, with no
+        # BEGIN and ROLLBACK around it), are those its rows were read at.
+        cached = self._strategies.get(task_id)
+        if cached is not None and self._key_now() == cached[0]:
+            return cached[1]
         # The position, the generation and the rows are read in one
         # transaction, so a cached entry is never the rows of another moment:
         # another process may be rebuilding the table (passing through older
         # positions) or swapping repaired rows in at the same position (a new
         # generation).
         with self.datastore.transaction(commit=False) as cursor:
-            cursor.execute(
-                "SELECT application_name, notification_id FROM tracking "
-                "WHERE application_name IN (?, ?)",
-                (self.tracking_name, self.generation_name),
-            )
-            marks = {row[0]: row[1] for row in cursor.fetchall()}
-            key = (
-                marks.get(self.tracking_name, 0),
-                marks.get(self.generation_name, 0),
-            )
+            cursor.execute(self._MARKS, (self.tracking_name, self.generation_name))
+            key = self._key(cursor.fetchall())
             cached = self._strategies.get(task_id)
             if cached is not None and cached[0] == key:
                 return cached[1]
@@ -138,6 +137,37 @@ class SQLiteLessonsView(LessonsTables, SQLiteView):
             self._strategies.clear()
         self._strategies[task_id] = (key, strategies)
         return strategies
+
+    def held_strategies(
+        self, task_id: str, key: tuple[int, int]
+    ) -> tuple[str, ...] | None:
+        """The task's strategies held in memory, if they were read at ``key``
+        (the view's position and generation, just read by the caller)."""
+        cached = self._strategies.get(task_id)
+        return cached[1] if cached is not None and cached[0] == key else None
+
+    _MARKS = (
+        "SELECT application_name, notification_id FROM tracking "
+        "WHERE application_name IN (?, ?)"
+    )
+
+    def _key(self, rows: Any) -> tuple[int, int]:
+        """The view's position and generation, from its tracking rows."""
+        marks = {row[0]: row[1] for row in rows}
+        return (marks.get(self.tracking_name, 0), marks.get(self.generation_name, 0))
+
+    def _key_now(self) -> tuple[int, int] | None:
+        """The view's position and generation now, or ``None`` when they could
+        not be read so (then the transaction's read says why)."""
+        with self.datastore.get_connection(commit=False) as connection:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(self._MARKS, (self.tracking_name, self.generation_name))
+                return self._key(cursor.fetchall())
+            except sqlite3.Error:
+                return None
+            finally:
+                cursor.sqlite_cursor.close()
 
     def forget(self) -> None:
         self._strategies.clear()

@@ -602,6 +602,11 @@ class PostgresReadModels(ViewQueries):
         last = self.app.recorder.max_notification_id() or 0
         return self._wait(last, self.wait, recorded=True)
 
+    def current_lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        """:meth:`catch_up`, then :meth:`lesson_strategies`."""
+        self.catch_up()
+        return self.lesson_strategies(task_id)
+
     def keep_up(self, names: Sequence[str]) -> int:
         """The runner folds them: wait a little (at most :data:`KEEP_UP_WAIT`)
         for it to reach the log's end as it is now, then the position it

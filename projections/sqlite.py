@@ -41,6 +41,7 @@ from devs.domain.errors import (
 )
 from devs.domain.ports import Verification, read_wait_of
 from devs.domain.redaction import redact
+from devs.domain.task import Task
 from devs.projections.base import (
     Handler,
     ReadModelProjection,
@@ -50,6 +51,7 @@ from devs.projections.base import (
     persistence_error,
 )
 from devs.projections.deliveries import SQLiteDeliveries
+from devs.projections.lessons_learned import SQLiteLessonsView
 from devs.projections.queries import ViewQueries, unknown_read_models
 from devs.projections.registry import SQLITE
 from devs.projections.tasks import SQLiteTasksView
@@ -208,10 +210,19 @@ class SQLiteReadModels(ViewQueries):
         """The end of the log (when asked, else 0) and each view's position,
         read in one statement (so at one moment) when the views live in the
         log's own file."""
+        last, positions, _ = self._marks_and(with_log_end=with_log_end)
+        return last, positions
+
+    def _marks_and(
+        self, *, with_log_end: bool, extra: tuple[str, ...] = ()
+    ) -> tuple[int, dict[str, int], dict[str, int]]:
+        """:meth:`_marks`, and the ``extra`` rows of the tracking table (0 when
+        missing), read by the same statement."""
         names = {view.tracking_name: name for name, view in self.views.items()}
+        asked = (*names, *extra)
         statement = (
             "SELECT application_name, notification_id FROM tracking "
-            f"WHERE application_name IN ({', '.join('?' for _ in names)})"
+            f"WHERE application_name IN ({', '.join('?' for _ in asked)})"
         )
         together = with_log_end and self.datastore is self._file_datastore
         if together:
@@ -219,7 +230,7 @@ class SQLiteReadModels(ViewQueries):
         with self.datastore.get_connection(commit=False) as connection:
             cursor = connection.cursor()
             try:
-                cursor.execute(statement, tuple(names))
+                cursor.execute(statement, asked)
                 rows = cursor.fetchall()
             except sqlite3.Error as error:  # as eventsourcing's own reads say it
                 raise OperationalError(str(error)) from error
@@ -227,14 +238,17 @@ class SQLiteReadModels(ViewQueries):
                 cursor.sqlite_cursor.close()
         last = 0
         found: dict[str, int] = {}
+        others = dict.fromkeys(extra, 0)
         for application_name, notification_id in rows:
             if application_name is None:
                 last = notification_id or 0
-            else:
+            elif application_name in names:
                 found[names[application_name]] = notification_id
+            else:
+                others[application_name] = notification_id
         if with_log_end and not together:
             last = self.app.recorder.max_notification_id() or 0
-        return last, {name: found.get(name, 0) for name in self.views}
+        return last, {name: found.get(name, 0) for name in self.views}, others
 
     def catch_up(self) -> int:
         """The read models as current as a query needs them; the position
@@ -275,6 +289,38 @@ class SQLiteReadModels(ViewQueries):
             return min(self.positions().values(), default=0)
         finally:
             NO_WAIT.reset(token)
+
+    def current_lesson_strategies(self, task_id: str) -> tuple[str, ...]:
+        """:meth:`catch_up`, then :meth:`lesson_strategies`, in one statement
+        when nothing is left to fold and the task's strategies are held in
+        memory (the blacklist asks for the same task again and again).
+
+        That statement reads every view's position, the end of the log and
+        the lessons view's generation at one moment, after the call began (so
+        past every command any process had returned): when every view has
+        folded the log's end there, and the lessons view's position and
+        generation are those its rows in memory were read at, those rows are
+        the task's strategies at that moment. Anything else (a fold to do,
+        positions moved since the last look, rows not in memory, views in
+        another file than the log) takes the two steps."""
+        lessons = self.views[SQLiteLessonsView.name]
+        if (
+            isinstance(lessons, SQLiteLessonsView)
+            and self.folded_on_write
+            and self.datastore is self._file_datastore
+        ):
+            generation = lessons.generation_name
+            last, positions, others = self._marks_and(
+                with_log_end=True, extra=(generation,)
+            )
+            if positions == self._seen and min(positions.values()) >= last:
+                key = (positions[lessons.name], others[generation])
+                held = lessons.held_strategies(task_id, key)
+                if held is not None:
+                    self._readable(Task.create_id(task_id))
+                    return held
+        self.catch_up()
+        return self.lesson_strategies(task_id)
 
     def _catch_up(
         self,

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
+import string
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from devs.adapters.config import Settings, open_service
 from devs.domain import InvalidInput, Outcome, RecoveryService, UnknownTask
 from devs.domain.chart import TaskState
 from tests.helpers import event_count
@@ -153,3 +158,114 @@ def test_long_unicode_strategies(tasks: RecoveryService) -> None:
     tasks.log_lesson("A", long, "too slow")
     assert tasks.is_strategy_blacklisted("A", long[:-3] + "abc") is True
     assert tasks.is_strategy_blacklisted("A", "🙂" * 10) is False
+
+
+def _secret(seed: int) -> str:
+    """200 characters that read as a secret after ``api_key=``."""
+    rnd = random.Random(seed)
+    return "".join(rnd.choices(string.ascii_letters + string.digits, k=200))
+
+
+LONG_STRATEGY = "retry the flaky upload " * 24  # 552 characters: a long text
+
+
+def test_a_long_candidate_is_redacted_before_it_is_compared(
+    tasks: RecoveryService,
+) -> None:
+    """A candidate longer than the short texts redaction remembers, holding a
+    credential, is compared as redacted, call after call: the raw texts are
+    200 edits apart (more than the 20% allowed), the redacted ones equal."""
+    tasks.log_lesson("A", LONG_STRATEGY + " api_key=" + _secret(1), "why")
+    [lesson] = tasks.lessons("A")
+    assert lesson.failed_strategy == LONG_STRATEGY + " api_key=[REDACTED]"
+    candidate = LONG_STRATEGY + " api_key=" + _secret(2)
+    for _ in range(3):
+        assert tasks.is_strategy_blacklisted("A", candidate) is True
+    assert tasks.is_strategy_blacklisted("A", LONG_STRATEGY + " api_key=") is True
+
+
+def test_a_long_candidate_asked_again_sees_each_new_lesson(
+    tasks: RecoveryService,
+) -> None:
+    """The same long candidate, remembered as clean by redaction, asked
+    again after a lesson that matches it: the new lesson is seen."""
+    candidate = "x" * 600 + LONG_STRATEGY
+    for _ in range(2):
+        assert tasks.is_strategy_blacklisted("A", candidate) is False
+    tasks.log_lesson("A", "y" * 600 + LONG_STRATEGY, "why")  # 600 edits: too far
+    assert tasks.is_strategy_blacklisted("A", candidate) is False
+    tasks.log_lesson("A", "x" * 590 + LONG_STRATEGY, "why")  # 10 edits
+    assert tasks.is_strategy_blacklisted("A", candidate) is True
+
+
+WRITE_LESSON = """
+import sys
+from devs.adapters.config import Settings, open_service
+with open_service(Settings(db=sys.argv[1])) as service:
+    service.log_lesson(sys.argv[2], sys.argv[3], "another process")
+print("written")
+"""
+
+
+def test_lessons_another_service_or_process_logs_are_seen_on_the_next_call(
+    tmp_path: Path,
+) -> None:
+    """A service that asked (and holds the task's strategies in memory) sees a
+    lesson logged in the same file by another service, then by another
+    process, on its very next call, each time: also when another query of
+    its own caught up first (its views' positions then are those it last
+    saw, the strategies in memory still older)."""
+    db = tmp_path / "shared.sqlite"
+    with (
+        open_service(Settings(db=str(db))) as reader,
+        open_service(Settings(db=str(db))) as writer,
+    ):
+        reader.start_task("A")
+        first, second, third = (f"strategy {n} " + LONG_STRATEGY for n in "123")
+        for _ in range(2):  # the second answer is the remembered strategies'
+            assert reader.is_strategy_blacklisted("A", "mock the network") is False
+        writer.log_lesson("A", "mock the network", "another service")
+        assert reader.lessons("A")[0].failed_strategy == "mock the network"
+        assert reader.is_strategy_blacklisted("A", "mock the network") is True
+        assert reader.is_strategy_blacklisted("A", "z" * 700) is False
+        for strategy in (first, second):
+            wrote = subprocess.run(
+                [sys.executable, "-c", WRITE_LESSON, str(db), "A", strategy * 2],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert wrote.stdout.strip() == "written", wrote.stderr
+            if strategy == second:  # another query catches up first
+                assert [entry.task_id for entry in reader.tasks()] == ["A"]
+            assert reader.is_strategy_blacklisted("A", strategy * 2) is True
+        # 2 edits from each of the two: fuzzy, as ever
+        assert reader.is_strategy_blacklisted("A", third * 2) is True
+        assert reader.is_strategy_blacklisted("A", "z" * 700) is False
+        assert len(reader.lessons("A")) == 3
+        with pytest.raises(UnknownTask):
+            reader.is_strategy_blacklisted("B", "mock the network")
+        writer.start_task("B")
+        assert reader.is_strategy_blacklisted("B", "mock the network") is False
+
+
+def test_a_lesson_recorded_without_a_fold_is_seen_on_the_next_call(
+    tmp_path: Path,
+) -> None:
+    """A lesson in the log past the views (its writer folded nothing: the
+    views' positions did not move, the log's end did) is folded by the next
+    question, which sees it, though the task's strategies are in memory."""
+    db = tmp_path / "gap.sqlite"
+    with (
+        open_service(Settings(db=str(db))) as stale,
+        open_service(Settings(db=str(db))) as reader,
+    ):
+        stale.start_task("A")
+        stale.log_lesson("A", "use a regex", "why")
+        for _ in range(2):
+            assert reader.is_strategy_blacklisted("A", "mock the network") is False
+        stale.read_models.close()  # this one records, folds no more
+        stale.log_lesson("A", "mock the network", "why")
+        assert reader.is_strategy_blacklisted("A", "mock the network") is True
+        assert reader.blacklist_directive("A").count("\n- ") == 2

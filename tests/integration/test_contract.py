@@ -408,6 +408,12 @@ def test_the_read_models_port(make_service: MakeService) -> None:
         assert missing is None
     assert models.lessons("nope") == []
     assert models.lesson_strategies("a") == ("x",)
+    other = make_service()  # another process on the same store, where one can
+    other.log_lesson("a", "z", "y")
+    assert models.current_lesson_strategies("a") == ("x", "z")
+    assert models.current_lesson_strategies("a") == ("x", "z")  # from memory
+    assert models.current_lesson_strategies("nope") == ()
+    last = end(service)
     assert [entry.task_id for entry in models.task_entries(run_id="r")] == ["a"]
     assert [task for task, _, head in models.chain_heads() if head] == ["a"]
     assert models.rebuild(["runs"]) == last
