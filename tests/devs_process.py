@@ -90,9 +90,21 @@ def _run(
         ):
             cwd = os.fspath(cwd or os.getcwd())
             return zygote.run(argv, environment, cwd, input, timeout)
+    return fresh(argv, env=environment, cwd=cwd, input=input, timeout=timeout)
+
+
+def fresh(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    input: str | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """The same command as a fresh interpreter: ``subprocess.run``."""
     return subprocess.run(
-        argv,
-        env=environment,
+        list(argv),
+        env=env,
         cwd=cwd,
         input=input,
         timeout=timeout,

@@ -21,21 +21,6 @@ TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?Z?")
 CODES = [0, 0, 8, 0, 6, 0, 0, 0, 0, 2, 7]
 
 
-def fresh(
-    args: list[str], cwd: Path, env: dict[str, str], input: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        args,
-        cwd=cwd,
-        env=env,
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_a_forked_command_answers_as_a_fresh_one(tmp_path: Path) -> None:
     """Each command runs twice, forked and fresh, on twin stores: what either
     printed, and its exit status, must match; the env picks the store and the
@@ -65,7 +50,9 @@ def test_a_forked_command_answers_as_a_fresh_one(tmp_path: Path) -> None:
                     command, cwd=folder, env={**base, **env}, input=input, timeout=60
                 )
             else:
-                done = fresh(command, folder, {**base, **env}, input)
+                done = devs_process.fresh(
+                    command, cwd=folder, env={**base, **env}, input=input, timeout=60
+                )
             out, err = (TIME.sub("<time>", text) for text in (done.stdout, done.stderr))
             results.append((how, args, done.returncode, out, err))
         assert sorted(p.name for p in folder.iterdir() if p.suffix == ".sqlite") == [
