@@ -319,6 +319,11 @@ class _StripedLocks:
         return self._runs[hash(run_id) % LOCK_STRIPES]
 
 
+_JITTER = random.Random()
+"""The retries' own generator: a wait never draws from (so never moves) the
+``random`` module's shared one, which a program's own draws may depend on."""
+
+
 class _Attempt:
     """One try of a command; ``retry()`` waits a random, growing moment.
 
@@ -333,7 +338,7 @@ class _Attempt:
         if NO_WAIT.get():
             msg = "another writer changed the aggregate: a retry waits first"
             raise WouldWait(msg)
-        time.sleep(random.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**self.number))
+        time.sleep(_JITTER.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**self.number))
 
 
 def _conflict(subject: str) -> Conflict:

@@ -117,6 +117,10 @@ def retry_after(value: str | None) -> float | None:
     return min(max(seconds, 0.0), RETRY_AFTER_MAX)
 
 
+_JITTER = random.Random()
+"""The back-off's own generator, apart from the ``random`` module's shared one."""
+
+
 def next_wait(
     tries: int,
     backoff: Sequence[float],
@@ -131,7 +135,7 @@ def next_wait(
     if tries < 1 or tries > len(backoff):
         return None
     wait = backoff[tries - 1]
-    wait += wait * JITTER * (rng or random).random()
+    wait += wait * JITTER * (rng or _JITTER).random()
     if retry_after is not None and retry_after > wait:
         wait = retry_after
     return wait

@@ -141,6 +141,8 @@ commands and queries). Either is ``WouldWait`` or an ``OperationalError``
 (locked) at once, for the caller to try again at its next look."""
 BACKGROUND_TURN = 0.02
 """Seconds a background thread waits for a connection of the pool."""
+_JITTER = random.Random()
+"""The lock retries' own generator, apart from the ``random`` module's shared one."""
 
 
 class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
@@ -261,7 +263,7 @@ class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
             except sqlite3.OperationalError as error:
                 if not locked(error) or time.monotonic() > deadline:
                     raise DatabaseError(error) from error
-                time.sleep(random.uniform(0.005, 0.05))
+                time.sleep(_JITTER.uniform(0.005, 0.05))
             except sqlite3.Error as error:  # e.g. "file is not a database"
                 raise DatabaseError(error) from error
 
