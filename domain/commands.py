@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import random
 import threading
 import time
@@ -322,6 +323,7 @@ class _StripedLocks:
 _JITTER = random.Random()
 """The retries' own generator: a wait never draws from (so never moves) the
 ``random`` module's shared one, which a program's own draws may depend on."""
+os.register_at_fork(after_in_child=_JITTER.seed)  # as `random` does its own
 
 
 class _Attempt:

@@ -14,6 +14,7 @@ mapping of an HTTP answer to an outcome that every channel uses.
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -119,6 +120,7 @@ def retry_after(value: str | None) -> float | None:
 
 _JITTER = random.Random()
 """The back-off's own generator, apart from the ``random`` module's shared one."""
+os.register_at_fork(after_in_child=_JITTER.seed)  # as `random` does its own
 
 
 def next_wait(

@@ -143,6 +143,7 @@ BACKGROUND_TURN = 0.02
 """Seconds a background thread waits for a connection of the pool."""
 _JITTER = random.Random()
 """The lock retries' own generator, apart from the ``random`` module's shared one."""
+os.register_at_fork(after_in_child=_JITTER.seed)  # as `random` does its own
 
 
 class SQLiteConnectionPool(es_sqlite.SQLiteConnectionPool):
