@@ -124,9 +124,9 @@ class SQLiteLessonsView(LessonsTables, SQLiteView):
         with self.datastore.transaction(commit=False) as cursor:
             cursor.execute(self._MARKS, (self.tracking_name, self.generation_name))
             key = self._key(cursor.fetchall())
-            cached = self._strategies.get(task_id)
-            if cached is not None and cached[0] == key:
-                return cached[1]
+            held = self.held_strategies(task_id, key)
+            if held is not None:
+                return held
             cursor.execute(
                 "SELECT failed_strategy FROM lessons_learned WHERE task_id = ? "
                 "ORDER BY position",

@@ -62,22 +62,9 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(args, capture_output=True, text=True, ...)`` for a
     command line whose first item is the ``devs`` executable."""
-    done = _run(args, env=env, cwd=cwd, input=input, timeout=timeout)
-    if check:
-        done.check_returncode()
-    return done
-
-
-def _run(
-    args: Sequence[str],
-    *,
-    env: Mapping[str, str] | None,
-    cwd: str | os.PathLike[str] | None,
-    input: str | None,
-    timeout: float | None,
-) -> subprocess.CompletedProcess[str]:
     argv = [str(arg) for arg in args]
     environment = dict(os.environ if env is None else env)
+    done = None
     if (
         Path(argv[0]).name == "devs"
         and "hook" not in argv[1:4]
@@ -88,9 +75,13 @@ def _run(
         if all(
             environment.get(name) == zygote.env.get(name) for name in READ_AT_IMPORT
         ):
-            cwd = os.fspath(cwd or os.getcwd())
-            return zygote.run(argv, environment, cwd, input, timeout)
-    return fresh(argv, env=environment, cwd=cwd, input=input, timeout=timeout)
+            folder = os.fspath(cwd or os.getcwd())
+            done = zygote.run(argv, environment, folder, input, timeout)
+    if done is None:
+        done = fresh(argv, env=environment, cwd=cwd, input=input, timeout=timeout)
+    if check:
+        done.check_returncode()
+    return done
 
 
 def fresh(
