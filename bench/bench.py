@@ -13,7 +13,11 @@ markdown table, then one line per target saying whether this run met it:
    it, the CPU of one such decision on a store in memory (best of 5 rounds of
    ``--decisions``; target <= 100 µs), and what the next query then spends per
    decision folding them into the read models (in memory a decision records
-   only its events).
+   only its events). Two diagnostic rows, without a target, show what the read
+   models cost: the same decisions on a service whose recorder folds none
+   (not a mode the service offers; on a file the fold is part of every
+   command's transaction), and the same for the gate pass of row 4. A last
+   row times a pure-Python loop, so that runs on two machines can be compared.
 2. The same decisions beside one step of a one-node LangGraph graph checkpointed
    by ``SqliteSaver`` on a file in the same directory: decisions/s over steps/s.
    Target >= 10 x. Needs the ``bench`` extra (``pip install '.[bench]'``); without
@@ -53,7 +57,7 @@ import string
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -70,7 +74,8 @@ from devs.domain import Policy, RecoveryService
 LESSON_LENGTH = 2_000
 ALPHABET = string.ascii_lowercase + " "  # redaction leaves such text unchanged
 CHAINS = 100  # run DAG: node i waits for node i - CHAINS
-ROUNDS = 12  # a multiple of 2 and 3: each leg takes each place equally often
+BLOCK = 20  # gate passes in a row with, then without, the read models
+ROUNDS = 12  # a multiple of 3 and 4: each leg takes each place equally often
 NO_LANGGRAPH_ENV = "DEVS_BENCH_NO_LANGGRAPH"
 NOT_INSTALLED = "langgraph not installed (pip install '.[bench]')"
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
@@ -196,9 +201,41 @@ def langgraph_stepper(path: Path) -> Stepper | None:
     return Stepper(step, connection)
 
 
+@contextlib.contextmanager
+def events_only(app: RecoveryService) -> Iterator[None]:
+    """Within: ``app`` records events and folds no read model (a diagnostic:
+    the recorder's list of folds is emptied, then given back; the caller
+    catches the views up). ``LookupError`` where the recorder folds nothing
+    on write (a store in memory, PostgreSQL)."""
+    folds = getattr(getattr(app, "recorder", None), "folds", None)
+    if not isinstance(folds, list) or not folds:
+        raise LookupError("this service's recorder folds nothing on write")
+    kept = list(folds)
+    folds.clear()
+    try:
+        yield
+    finally:
+        folds[:] = kept
+
+
+def reference_loop_ms() -> float:
+    """CPU ms of a pure-Python loop of 10 million additions (the least of
+    three): how fast this machine runs Python, to compare runs on others."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        total = 0
+        for i in range(10_000_000):
+            total += i
+        best = min(best, time.process_time() - start)
+    assert total == 49_999_995_000_000
+    return best * 1000
+
+
 @dataclass
 class Decisions:
     rate: float  # record_gate decisions/s
+    bare: float  # the same on a service that folds no read model
     floor: float  # raw sqlite3 committed rows/s
     mode: tuple[str, int]  # of the service's file
     source: str  # where the mode was read
@@ -207,15 +244,18 @@ class Decisions:
 
 
 def decisions_beside_baselines(base: Path, decisions: int, steps: int) -> Decisions:
-    """``record_gate`` decisions/s, raw rows/s and LangGraph steps/s, in rounds.
+    """``record_gate`` decisions/s, raw rows/s and LangGraph steps/s, in rounds,
+    and the decisions of a service that folds no read model (:func:`events_only`).
 
-    Each round runs its share of all three in turn, in an order that rotates
-    from round to round.
+    Each round runs its share of each in turn, in an order that rotates from
+    round to round.
     """
     app = service(base / "decisions.sqlite")
+    bare = service(base / "events-only.sqlite")
     tasks = [f"task-{i}" for i in range(max(20, decisions // 200))]
     for task in tasks:
         app.start_task(task)
+        bare.start_task(task)
     mode, source = service_durability(app, base / "decisions.sqlite")
     journal, synchronous = mode
     raw = sqlite3.connect(base / "raw.sqlite", isolation_level=None)
@@ -227,12 +267,18 @@ def decisions_beside_baselines(base: Path, decisions: int, steps: int) -> Decisi
         stepper.step()  # creates the tables; one warm-up step
     per_round = max(1, decisions // ROUNDS)
     steps_per_round = max(1, steps // ROUNDS)
-    seconds = {"ours": 0.0, "floor": 0.0, "graph": 0.0}
+    seconds = {"ours": 0.0, "floor": 0.0, "graph": 0.0, "bare": 0.0}
     done = 0
 
     def decide() -> None:
         for i in range(done, done + per_round):
             app.record_gate(
+                tasks[i % len(tasks)], 1, gate="tests", error="assert 1 == 2"
+            )
+
+    def decide_bare() -> None:
+        for i in range(done, done + per_round):
+            bare.record_gate(
                 tasks[i % len(tasks)], 1, gate="tests", error="assert 1 == 2"
             )
 
@@ -249,27 +295,34 @@ def decisions_beside_baselines(base: Path, decisions: int, steps: int) -> Decisi
         for _ in range(steps_per_round):
             stepper.step()
 
-    legs: list[tuple[str, Callable[[], None]]] = [("ours", decide), ("floor", insert)]
+    legs: list[tuple[str, Callable[[], None]]] = [
+        ("ours", decide),
+        ("floor", insert),
+        ("bare", decide_bare),
+    ]
     if stepper is not None:
         legs.append(("graph", step))
-    for round_number in range(ROUNDS):
-        # Rotate the order, so that no leg always runs right after another's
-        # writes are being flushed.
-        shift = round_number % len(legs)
-        for name, leg in legs[shift:] + legs[:shift]:
-            start = time.perf_counter()
-            leg()
-            seconds[name] += time.perf_counter() - start
-        done += per_round
+    with events_only(bare):
+        for round_number in range(ROUNDS):
+            # Rotate the order, so that no leg always runs right after
+            # another's writes are being flushed.
+            shift = round_number % len(legs)
+            for name, leg in legs[shift:] + legs[:shift]:
+                start = time.perf_counter()
+                leg()
+                seconds[name] += time.perf_counter() - start
+            done += per_round
     ours, floor, graph = seconds["ours"], seconds["floor"], seconds["graph"]
     raw.close()
     app.close()
+    bare.close()
     step_rate = step_mode = None
     if stepper is not None:
         step_rate = steps_per_round * ROUNDS / graph
         step_mode = durability(stepper.connection.cursor())
         stepper.connection.close()
-    return Decisions(done / ours, done / floor, mode, source, step_rate, step_mode)
+    rates = (done / ours, done / seconds["bare"], done / floor)
+    return Decisions(*rates, mode, source, step_rate, step_mode)
 
 
 def memory_cpu_us(decisions: int) -> tuple[float, float]:
@@ -341,23 +394,27 @@ def node(i: int) -> str:
     return f"n{i:05d}"
 
 
-def run_figures(path: Path, tasks: int, timed: int) -> tuple[float, float, int]:
-    """Catch-up from 0 (seconds) and a gate pass (median ms) in a run of ``tasks``.
+def run_figures(path: Path, tasks: int, timed: int) -> tuple[float, float, float, int]:
+    """Catch-up from 0 (seconds) and a gate pass (median ms) in a run of
+    ``tasks``, and the same gate pass on a service that folds no read model
+    (median ms; :func:`events_only`).
 
-    One service builds the run: every node but the last ``timed`` is started and
-    passes its gate. A new service then rebuilds its projections from position 0
-    (timed), and starts and passes the remaining nodes, each ready by then (each
-    pair timed).
+    One service builds the run: every node but the last ``2 * timed`` is
+    started and passes its gate. A new service then rebuilds its projections
+    from position 0 (timed), and starts and passes the remaining nodes, each
+    ready by then (each pair timed), in blocks of :data:`BLOCK` that alternate
+    between folding the read models and not; after a block that did not, the
+    views catch up, untimed.
     """
-    timed = max(1, min(timed, tasks // 2))
+    timed = max(1, min(timed, tasks // 4))
     dag = {node(i): [node(i - CHAINS)] if i >= CHAINS else [] for i in range(tasks)}
     builder = service(path)
     builder.start_run("big", dag)
-    for i in range(tasks - timed):
+    for i in range(tasks - 2 * timed):
         builder.start_task(node(i), run_id="big")
         builder.record_gate(node(i), 0, gate="tests")
         if (i + 1) % 1_000 == 0:
-            say(f"  built {i + 1:,} of {tasks - timed:,} gate passes")
+            say(f"  built {i + 1:,} of {tasks - 2 * timed:,} gate passes")
     builder.close()
     say("  built; rebuilding the projections from 0")
 
@@ -366,15 +423,30 @@ def run_figures(path: Path, tasks: int, timed: int) -> tuple[float, float, int]:
     position = app.rebuild_projections()
     catch_up = time.perf_counter() - start
     assert position > 0
-    samples = []
-    for i in range(tasks - timed, tasks):
-        start = time.perf_counter()
-        app.start_task(node(i), run_id="big")
-        app.record_gate(node(i), 0, gate="tests")
-        samples.append(time.perf_counter() - start)
+    samples: dict[bool, list[float]] = {True: [], False: []}
+
+    def pass_gates(first: int, count: int, folded: bool) -> None:
+        for i in range(first, first + count):
+            start = time.perf_counter()
+            app.start_task(node(i), run_id="big")
+            app.record_gate(node(i), 0, gate="tests")
+            samples[folded].append(time.perf_counter() - start)
+
+    first, folded = tasks - 2 * timed, True
+    while first < tasks:
+        count = min(BLOCK, timed - len(samples[folded]))
+        if folded:
+            pass_gates(first, count, folded=True)
+        else:
+            with events_only(app):
+                pass_gates(first, count, folded=False)
+            app.catch_up()
+        first += count
+        folded = not folded
     assert len(app.run_state("big").completed) == tasks
     app.close()
-    return catch_up, statistics.median(samples) * 1000, timed
+    gate_ms, bare_ms = (statistics.median(samples[f]) * 1000 for f in (True, False))
+    return catch_up, gate_ms, bare_ms, timed
 
 
 # ------------------------------------------------------------------ load time
@@ -487,7 +559,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--run-tasks", type=int, default=10_000)
     parser.add_argument(
-        "--run-gates", type=int, default=200, help="timed gate passes in the run"
+        "--run-gates",
+        type=int,
+        default=200,
+        help="timed gate passes in the run (as many again without the read models)",
     )
     parser.add_argument(
         "--events", type=int, nargs=2, default=[1_000, 10_000], metavar=("A", "B")
@@ -519,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for i, n in enumerate(args.lessons)
     ]
     say(f"a run of {args.run_tasks:,} tasks")
-    catch_up, gate_ms, timed = run_figures(
+    catch_up, gate_ms, bare_ms, timed = run_figures(
         base / "run.sqlite", args.run_tasks, args.run_gates
     )
     say("  its snapshot and run_state()")
@@ -533,6 +608,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ]
     say("redaction")
     redaction = speeds(base / "redaction.sqlite", *args.redaction_chars)
+    say("a pure-Python reference loop")
+    reference_ms = reference_loop_ms()
     say("done")
 
     rows: list[Row] = []
@@ -546,6 +623,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             ">= 0.5 x",
             ratio >= 0.5,
             f"{ratio:.2f} x the raw floor",
+        )
+    )
+    rows.append(
+        Row(
+            "… the same decisions folding no read model (a diagnostic)",
+            f"{measured.bare:,.0f}",
+            f"raw sqlite3 {measured.floor:,.0f} rows/s",
+            f"{measured.bare / measured.floor:.2f} x",
         )
     )
     rows.append(
@@ -615,6 +700,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             note=f"{gate_ms:.2f} ms",
         )
     )
+    rows.append(
+        Row(
+            f"… the same, folding no read model (a diagnostic; median of {timed:,})",
+            f"{bare_ms:.2f} ms",
+        )
+    )
     rows += run_rows(starts + large_run)
     for i, (events, ms) in enumerate(load):
         larger = i == len(load) - 1  # the target is for the larger task
@@ -629,6 +720,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
 
     rows += redaction_rows(redaction, args.redaction_chars)
+    rows.append(
+        Row(
+            "this machine: a pure-Python loop of 10,000,000 additions, CPU "
+            "(least of 3)",
+            f"{reference_ms:,.0f} ms",
+        )
+    )
 
     header = (
         f"files in {base}; devs-recovery ({measured.source}) and raw sqlite3: "

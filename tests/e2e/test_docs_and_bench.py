@@ -48,7 +48,7 @@ def test_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
             sys.executable,
             str(ROOT / "bench" / "bench.py"),
             *("--decisions", "40", "--steps", "20", "--lessons", "5", "10"),
-            *("--run-tasks", "60", "--run-gates", "20", "--events", "20", "120"),
+            *("--run-tasks", "80", "--run-gates", "20", "--events", "20", "120"),
             *("--redaction-chars", "20000", "2000"),
             *("--dir", str(tmp_path)),
         ],
@@ -62,32 +62,47 @@ def test_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
     labels = [
         "| measure | devs-recovery | baseline | ratio | target |",
         "| record_gate decisions/s (40) | ",
+        "| … the same decisions folding no read model (a diagnostic) | ",
         "| CPU per record_gate decision in memory (40, best of 5) | ",
         "| decisions vs a one-node LangGraph step | ",
         "| is_strategy_blacklisted, 5 lessons of 2,000 chars | ",
         "| is_strategy_blacklisted, 10 lessons of 2,000 chars | ",
-        "| catch-up from 0 (rebuild_projections on a new service), run of 60 tasks | ",
-        "| start_task + record_gate(0) on a ready node, run of 60 tasks "
+        "| catch-up from 0 (rebuild_projections on a new service), run of 80 tasks | ",
+        "| start_task + record_gate(0) on a ready node, run of 80 tasks "
         "(median of 20) | ",
+        "| … the same, folding no read model (a diagnostic; median of 20) | ",
         "| start_run, a 5,000-node chain | ",
         "| start_run, a 5,000-node fan-in | ",
         "| start_run, the largest DAG allowed (10,000 nodes, 100,000 edges, "
         "200-character ids) | ",
         "| largest run event stored (bytes) | ",
-        "| largest run snapshot stored (bytes), run of 60 tasks | ",
-        "| run_state(), run of 60 tasks | ",
+        "| largest run snapshot stored (bytes), run of 80 tasks | ",
+        "| run_state(), run of 80 tasks | ",
         "| task() of a task of 20 events, cold (new service) | ",
         "| task() of a task of 120 events, cold (new service) | ",
         "| redact, ordinary test-runner output (20,000 chars) | ",
         "| redact, slowest of the issue's 12 hostile texts (2,000 chars) | ",
         "| redact, slowest of 12 more hostile texts (2,000 chars) | ",
         "| record_gate with any of those as output, longest | ",
+        "| this machine: a pure-Python loop of 10,000,000 additions, CPU "
+        "(least of 3) | ",
     ]
     assert len(rows) == len(labels)
     for row, label in zip(rows, labels, strict=True):
         assert row.startswith(label), row
         assert row.count(" | ") == 4, row
-    langgraph = rows[3]
+    # The diagnostics: decisions folding no read model beside the floor, the
+    # gate pass without them, and the machine's reference loop.
+    assert re.search(
+        r"^\| … the same decisions .* \| [\d,]+ \| "
+        r"raw sqlite3 [\d,]+ rows/s \| \d+\.\d\d x \| - \|$",
+        rows[2],
+    )
+    assert re.search(
+        r"^\| … the same, folding .* \| \d+\.\d\d ms \| - \| - \| - \|$", rows[9]
+    )
+    assert re.search(r"^\| this machine: .* \| [\d,]+ ms \| - \| - \| - \|$", rows[-1])
+    langgraph = rows[4]
     if langgraph_importable:
         assert " steps/s (" in langgraph
         assert re.search(r" \| \d+\.\d\d x \| >= 10 x \|$", langgraph)
