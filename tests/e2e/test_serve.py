@@ -21,6 +21,10 @@ from tests import devs_process
 
 DEVS = str(Path(sys.executable).with_name("devs"))
 TOKEN = "e2e-token-abcdefghijkl"
+START_WAIT = 90
+"""Seconds a server may take to answer /healthz. A PostgreSQL server comes
+up in about 3 s on a quiet machine; beside three other test workers on two
+slow cores it once took over 30 s (its worker had said it was listening)."""
 
 
 def free_port() -> int:
@@ -66,7 +70,7 @@ class Server:
             text=True,
         )
         self.client = httpx.Client(base_url=self.url, headers=self.headers, timeout=10)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_WAIT
         while True:
             try:
                 if self.client.get("/healthz").status_code == 200:
