@@ -20,6 +20,7 @@ from tests.e2e.test_serve import TOKEN, Server
 
 PROMPT = "Make the tests pass."
 STREAM = ("--output-format", "stream-json", "--verbose")
+HOOK_EVENTS = (*STREAM, "--include-hook-events")
 
 
 @pytest.fixture
@@ -41,6 +42,22 @@ def system_messages(stdout: str) -> list[str]:
         if event.get("type") == "system" and isinstance(event.get("content"), str):
             said.append(event["content"])
     return said
+
+
+def stopping_answer(stdout: str) -> str:
+    """The answer of the hook that ended the turn (``continue: false``), as
+    stream-json with ``--include-hook-events`` shows it; the run's result
+    must say a hook stopped it."""
+    events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    assert events[-1].get("terminal_reason") == "hook_stopped", events[-1]
+    stops = [
+        event["output"]
+        for event in events
+        if event.get("subtype") == "hook_response"
+        and '"continue":false' in (event.get("output") or "")
+    ]
+    assert stops, "no hook answered continue: false"
+    return str(stops[-1])
 
 
 def test_the_loop_stops_at_the_third_failure_until_a_human_answers(
@@ -195,7 +212,7 @@ def test_a_budget_spent_stops_the_session_until_a_person_raises_it(
     with serving(ClaudeHandler, script) as fake:
         budget = {"DEVS_TASK_BUDGET_TOKENS": "100"}  # 20 tokens a message
         env = write_config(project.home, project.repo, fake.url, extra_env=budget)
-        first = run_claude(project.repo, PROMPT, env, STREAM)
+        first = run_claude(project.repo, PROMPT, env, HOOK_EVENTS)
         assert first.returncode == 0, first.stderr
         task = project.task()
         assert task.state is TaskState.PAUSED, first.stdout[-2_000:]
@@ -207,9 +224,17 @@ def test_a_budget_spent_stops_the_session_until_a_person_raises_it(
         # message or two past the budget, never at the end of the script.
         stopped_at = script.furthest()
         assert stopped_at < len(notes)
-        shown = "\n".join(system_messages(first.stdout))
-        assert "budget pause" in shown
-        assert f"budget {project.task_id} --usd N" in shown
+        # The hook that saw the budget crossed ends the turn with the pause
+        # and the raise that lets it go on. Which hook that is depends on
+        # when Claude Code writes the usage: PreToolUse (with its denial)
+        # or PostToolUse. stream-json shows the first's systemMessage as a
+        # system message and not the second's (2.1.332): the answer is read
+        # from the hook events.
+        stopped = stopping_answer(first.stdout)
+        assert "budget pause" in stopped
+        assert f"budget {project.task_id} --usd N" in stopped
+        shown = system_messages(first.stdout)
+        assert all("budget pause" in said for said in shown if "devs" in said)
 
         # Resuming while over the budget is refused, naming the raise.
         refused = project.devs(
