@@ -270,17 +270,14 @@ def decisions_beside_baselines(base: Path, decisions: int, steps: int) -> Decisi
     seconds = {"ours": 0.0, "floor": 0.0, "graph": 0.0, "bare": 0.0}
     done = 0
 
-    def decide() -> None:
-        for i in range(done, done + per_round):
-            app.record_gate(
-                tasks[i % len(tasks)], 1, gate="tests", error="assert 1 == 2"
-            )
+    def deciding(on: RecoveryService) -> Callable[[], None]:
+        def decide() -> None:
+            for i in range(done, done + per_round):
+                on.record_gate(
+                    tasks[i % len(tasks)], 1, gate="tests", error="assert 1 == 2"
+                )
 
-    def decide_bare() -> None:
-        for i in range(done, done + per_round):
-            bare.record_gate(
-                tasks[i % len(tasks)], 1, gate="tests", error="assert 1 == 2"
-            )
+        return decide
 
     def insert() -> None:
         for i in range(done, done + per_round):
@@ -296,9 +293,9 @@ def decisions_beside_baselines(base: Path, decisions: int, steps: int) -> Decisi
             stepper.step()
 
     legs: list[tuple[str, Callable[[], None]]] = [
-        ("ours", decide),
+        ("ours", deciding(app)),
         ("floor", insert),
-        ("bare", decide_bare),
+        ("bare", deciding(bare)),
     ]
     if stepper is not None:
         legs.append(("graph", step))
